@@ -1,0 +1,4 @@
+#pragma once
+#include <pulse/pulseaudio.h>
+#include <pulse/simple.h>
+#include <pulse/error.h>

@@ -1,0 +1,6 @@
+import PipelineCore
+
+/// The asr node and its engines.
+enum ASRNodes {
+    static var all: [NodeDescriptor] { [] }
+}

@@ -1,0 +1,6 @@
+import PipelineCore
+
+/// The avatar node.
+enum AvatarNodes {
+    static var all: [NodeDescriptor] { [] }
+}

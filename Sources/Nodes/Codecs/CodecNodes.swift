@@ -1,0 +1,6 @@
+import PipelineCore
+
+/// Codec nodes: opus-encode, opus-decode, base64-encode.
+enum CodecNodes {
+    static var all: [NodeDescriptor] { [] }
+}

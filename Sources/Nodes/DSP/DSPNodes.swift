@@ -1,0 +1,6 @@
+import PipelineCore
+
+/// Voice DSP nodes: resample, volume, vad, slicer.
+enum DSPNodes {
+    static var all: [NodeDescriptor] { [] }
+}

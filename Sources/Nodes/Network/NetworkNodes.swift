@@ -1,0 +1,6 @@
+import PipelineCore
+
+/// Network nodes: rtp-send, rtp-receive, jitter-buffer, http-upload.
+enum NetworkNodes {
+    static var all: [NodeDescriptor] { [] }
+}

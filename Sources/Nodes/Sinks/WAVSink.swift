@@ -1,0 +1,43 @@
+import Foundation
+import PipelineCore
+
+/// `wav-sink`: writes audio to a 16-bit PCM WAV file; the header is finalized at end of stream,
+/// on shutdown and on failure, so the file is always playable.
+public actor WAVSinkNode: Node {
+    let path: String
+
+    init(config: NodeConfig) { path = config.string("path") ?? "out.wav" }
+
+    public func run(_ context: NodeContext) async throws {
+        var writer: WAVWriter?
+        defer { try? writer?.close() }
+        for await frame in context.input() {
+            guard let audio = frame.audio else { continue }
+            if writer == nil { writer = try WAVWriter(path: path, format: audio.format) }
+            guard audio.format == writer!.format else {
+                throw NodeError("format_changed", "\(path): audio format changed from \(writer!.format) to \(audio.format) mid-stream; add a `resample` node")
+            }
+            try writer!.write(audio.samples)
+        }
+        if writer == nil {
+            // No audio arrived: still leave a valid (empty) file.
+            writer = try WAVWriter(path: path, format: AudioFormat(sampleRate: 16000, channels: 1))
+        }
+        try writer?.close()
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "wav-sink", summary: "Writes audio to a 16-bit PCM WAV file",
+        family: "sinks", inputs: [PortSpec("in", [.audio])], outputs: [],
+        parameters: [
+            ParamSpec("path", .string, required: true, doc: "output file"),
+            ParamSpec("device", .string, doc: "ignored (accepted so a playback node can be swapped for a file)"),
+            ParamSpec("rate", .int, doc: "ignored (the file takes the incoming format)"),
+            ParamSpec("channels", .int, doc: "ignored (the file takes the incoming format)"),
+            ParamSpec("frame_ms", .int, doc: "ignored"),
+            ParamSpec("latency_ms", .int, doc: "ignored"),
+        ],
+        format: .none,
+        make: { WAVSinkNode(config: $0) })
+}

@@ -1,0 +1,135 @@
+import Foundation
+import PipelineCore
+
+/// `file-source`: reads a WAV (PCM 8/16/24/32-bit integer, 32/64-bit float) or raw PCM file and
+/// delivers s16 frames of `frame_ms`, converted to `rate`/`channels` when given; `realtime: true`
+/// paces at 1x on the injected clock, `loop: true` starts over at the end.
+public actor FileSourceNode: Node {
+    let path: String
+    let frameMs: Int
+    let realtime: Bool
+    let loop: Bool
+    let target: (rate: Int?, channels: Int?)
+    let raw: (format: AudioFormat, encoding: PCMEncoding)?
+
+    init(config: NodeConfig) throws {
+        path = config.string("path") ?? ""
+        frameMs = config.int("frame_ms", default: 20)
+        realtime = config.bool("realtime", default: false)
+        loop = config.bool("loop", default: false)
+        target = (config.int("rate"), config.int("channels"))
+        if case .map(let m)? = config.values["raw"] {
+            let rate = m["rate"].flatMap { if case .int(let i) = $0 { i } else { nil } } ?? 16000
+            let ch = m["channels"].flatMap { if case .int(let i) = $0 { i } else { nil } } ?? 1
+            let enc = PCMEncoding(rawValue: m["encoding"]?.description ?? "s16le") ?? .s16le
+            raw = (AudioFormat(sampleRate: rate, channels: ch), enc)
+        } else {
+            raw = nil
+        }
+    }
+
+    public func run(_ context: NodeContext) async throws {
+        let header: WAVHeader
+        if let raw {
+            guard let attrs = try? FileManager.default.attributesOfItem(atPath: path), let size = attrs[.size] as? UInt64 else {
+                throw NodeError("file_not_found", "\(path): no such file")
+            }
+            let frame = UInt64(raw.encoding.bytes * raw.format.channels)
+            header = WAVHeader(format: raw.format, encoding: raw.encoding, dataOffset: 0, dataBytes: size - size % frame)
+        } else {
+            header = try WAVHeader.read(path: path)
+        }
+        let outFormat = AudioFormat(sampleRate: target.rate ?? header.format.sampleRate, channels: target.channels ?? header.format.channels)
+        let converter = try AudioConverter(from: header.format, to: outFormat, quality: 5)
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw NodeError("file_unreadable", "\(path): cannot open") }
+        defer { try? handle.close() }
+
+        let out = context.output()
+        let outFrame = outFormat.frames(ms: frameMs) * outFormat.channels
+        let inFrameBytes = header.encoding.bytes * header.format.channels
+        let chunkBytes = max(1, header.format.frames(ms: frameMs)) * inFrameBytes
+        var pending: [Int16] = []
+        pending.reserveCapacity(outFrame * 2)
+                let pacer = context.makePacer()
+        let total = header.duration
+
+        repeat {
+            try handle.seek(toOffset: header.dataOffset)
+            var remaining = header.dataBytes
+            while remaining > 0 {
+                try Task.checkCancellation()
+                let want = Int(min(UInt64(chunkBytes), remaining))
+                guard let data = try handle.read(upToCount: want), !data.isEmpty else {
+                    throw NodeError("truncated_wav", "\(path): file ended \(remaining) bytes early (was it truncated while reading?)")
+                }
+                remaining -= UInt64(data.count)
+                var decoded: [Int16] = []
+                data.withUnsafeBytes { header.encoding.decode($0, into: &decoded) }
+                pending += converter.convert(decoded)
+                while pending.count >= outFrame {
+                    try await emit(out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
+                    pending.removeFirst(outFrame)
+                }
+                context.reportProgress(position: total - Double(remaining) / Double(header.format.bytesPerSecond * header.encoding.bytes / 2), total: total)
+            }
+        } while loop && !Task.isCancelled
+        pending += converter.flush()
+        while pending.count >= outFrame {
+            try await emit(out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
+            pending.removeFirst(outFrame)
+        }
+        if !pending.isEmpty { try await emit(out: out, pacer: pacer, format: outFormat, pending) }   // the last, shorter frame
+    }
+
+    private var sampleIndex: Int64 = 0
+
+    private func emit(out: OutputPort, pacer: Pacer, format: AudioFormat, _ samples: [Int16]) async throws {
+        let frame = Frame.audio(samples, format: format, sampleIndex: sampleIndex)
+        sampleIndex += Int64(samples.count / format.channels)
+        if realtime {
+            // Deliver each frame when its last sample would have been captured.
+            try await pacer.wait(until: .nanoseconds(MediaTime.nanos(samples: sampleIndex, rate: format.sampleRate)))
+        }
+        try await out.send(frame)
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "file-source", summary: "Reads a WAV or raw PCM file as s16 audio frames",
+        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio])],
+        parameters: [
+            ParamSpec("path", .string, required: true, doc: "WAV file (PCM 8/16/24/32-bit int, 32/64-bit float) or raw PCM with `raw`"),
+            ParamSpec("realtime", .bool, default: .bool(false), doc: "pace frames at 1x real time instead of as fast as possible"),
+            ParamSpec("frame_ms", .int(1...1000), default: .int(20), doc: "frame length in milliseconds"),
+            ParamSpec("loop", .bool, default: .bool(false), doc: "start over at the end of the file"),
+            ParamSpec("rate", .int(1000...384_000), doc: "deliver at this sample rate, resampling (default: the file's)"),
+            ParamSpec("channels", .int(1...8), doc: "deliver this many channels, mixing (default: the file's)"),
+            ParamSpec("raw", .map, doc: "raw PCM: { rate: 16000, channels: 1, encoding: s16le|s24le|s32le|f32le|f64le|u8 }"),
+            ParamSpec("device", .string, doc: "ignored (accepted so a capture node can be swapped for a file)"),
+            ParamSpec("latency_ms", .int, doc: "ignored (accepted so a capture node can be swapped for a file)"),
+        ],
+        format: FormatRule(output: { c, _ in
+            var rate = c.int("rate"), ch = c.int("channels")
+            if case .map(let m)? = c.values["raw"] {
+                if rate == nil, case .int(let r)? = m["rate"] { rate = r }
+                if ch == nil, case .int(let n)? = m["channels"] { ch = n }
+                if rate == nil { rate = 16000 }
+                if ch == nil { ch = 1 }
+            }
+            guard let rate, let ch else { return nil }
+            return AudioFormat(sampleRate: rate, channels: ch)
+        }),
+        check: { c in
+            guard case .map(let m)? = c.values["raw"] else { return [] }
+            var problems: [String] = []
+            for (k, v) in m {
+                switch k {
+                case "rate", "channels": if case .int = v {} else { problems.append("raw.\(k): expected an integer") }
+                case "encoding": if PCMEncoding(rawValue: v.description) == nil { problems.append("raw.encoding: expected one of \(PCMEncoding.allCases.map(\.rawValue).joined(separator: ", "))") }
+                default: problems.append("raw: unknown key '\(k)'; expected rate, channels, encoding")
+                }
+            }
+            return problems
+        },
+        make: { try FileSourceNode(config: $0) })
+}

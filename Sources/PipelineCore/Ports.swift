@@ -1,0 +1,114 @@
+import Synchronization
+
+/// The receiving end of a node's input port. Iterate it with `next()` or `for await`.
+///
+/// An input with no link ends at once.
+public final class InputPort: AsyncSequence, Sendable {
+    public typealias Element = Frame
+    /// Port name.
+    public let name: String
+    let edge: BoundedEdge?
+
+    init(name: String, edge: BoundedEdge?) {
+        self.name = name
+        self.edge = edge
+    }
+
+    /// True when a link feeds this port.
+    public var isConnected: Bool { edge != nil }
+
+    /// The next frame, or `nil` at end of stream.
+    public func next() async -> Frame? {
+        guard let edge else { return nil }
+        return await edge.receive()
+    }
+
+    /// Iterator over the frames of this port.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let port: InputPort
+        public mutating func next() async -> Frame? { await port.next() }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(port: self) }
+}
+
+/// Where an output port delivers frames.
+enum OutputTarget: Sendable {
+    /// A bounded edge to another node.
+    case edge(BoundedEdge)
+    /// A direct call into a fused downstream processor (same task, no queue).
+    case fused(FusedLink)
+}
+
+/// The sending end of a node's output port: stamps sequence numbers and fans out to every link.
+public final class OutputPort: Sendable {
+    /// Port name.
+    public let name: String
+    let targets: [OutputTarget]
+    private let sequence = Atomic<UInt64>(0)
+
+    init(name: String, targets: [OutputTarget]) {
+        self.name = name
+        self.targets = targets
+    }
+
+    /// True when at least one link leaves this port.
+    public var isConnected: Bool { !targets.isEmpty }
+
+    /// Frames sent so far.
+    public var framesSent: UInt64 { sequence.load(ordering: .relaxed) }
+
+    /// Sends a frame to every link (each consumer has its own queue). Stamps `seq`.
+    public func send(_ frame: Frame) async throws {
+        var frame = frame
+        frame.seq = sequence.wrappingAdd(1, ordering: .relaxed).oldValue
+        switch targets.count {
+        case 0: return
+        case 1: try await deliver(frame, to: targets[0])
+        default:
+            for t in targets { try await deliver(frame, to: t) }
+        }
+    }
+
+    @inline(__always)
+    private func deliver(_ frame: Frame, to target: OutputTarget) async throws {
+        switch target {
+        case .edge(let e): await e.send(frame)
+        case .fused(let link): try await link.deliver(frame)
+        }
+    }
+
+    /// Closes the port: every consumer sees end of stream after what was sent.
+    func finish() async throws {
+        for t in targets {
+            switch t {
+            case .edge(let e): e.producerFinished()
+            case .fused(let link): try await link.finish()
+            }
+        }
+    }
+}
+
+/// A direct link to a fused downstream ``FrameProcessor``: frames are handed over by a call,
+/// in the producer's task, with no queue (used for linear chains the runtime fuses).
+final class FusedLink: Sendable {
+    let processor: any FrameProcessor
+    let context: NodeContext
+    let onFinish: @Sendable () async throws -> Void
+
+    init(processor: any FrameProcessor, context: NodeContext, onFinish: @escaping @Sendable () async throws -> Void) {
+        self.processor = processor
+        self.context = context
+        self.onFinish = onFinish
+    }
+
+    func deliver(_ frame: Frame) async throws {
+        context.countIn()
+        try await processor.process(frame, context: context)
+    }
+
+    func finish() async throws {
+        try await processor.finish(context: context)
+        try await onFinish()
+    }
+}

@@ -1,0 +1,2 @@
+import PipelineCore
+import Nodes
