@@ -1,1 +1,4 @@
-print("x")
+import Nodes
+import VoicepipeCLI
+
+await Voicepipe.main(registry: BuiltinNodes.registry())

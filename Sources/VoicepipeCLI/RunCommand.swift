@@ -1,0 +1,194 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PipelineCore
+import Synchronization
+
+/// `voicepipe run FILE...`: runs graphs until end of stream or SIGINT/SIGTERM.
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run graphs until end of stream or SIGINT/SIGTERM",
+        discussion: """
+        On SIGINT/SIGTERM the sources stop, queued frames drain and sinks flush (a WAV header is
+        finalized), then voicepipe exits 0; a second signal exits at once.
+        Exit codes: 0 normal end, 1 a node failed, 2 invalid graph or usage.
+        """)
+
+    @Argument(help: "Graph files (several run side by side in one process).") var files: [String]
+    @Option(name: .customLong("set"), help: "Override a parameter: ID.KEY=VALUE (ID.type=... swaps the node's type).") var sets: [String] = []
+    @Flag(help: "Print a per-edge table of sent / dropped / max depth at exit (and a `stats` event on stdout when events go there).") var stats = false
+    @Flag(help: "No live progress line.") var quiet = false
+    @Option(help: "Run this many instances of each graph in one process.") var instances: Int = 1
+    @OptionGroup var log: LogOptions
+
+    func validate() throws {
+        if instances < 1 || instances > 10_000 { throw ValidationError("--instances must be in 1...10000") }
+    }
+
+    func run() async throws {
+        try log.bootstrap()
+        let overrides = try parseOverrides(sets)
+        let registry = CLIContext.currentRegistry
+        var graphs: [ValidatedGraph] = []
+        var invalid = false
+        for file in files {
+            do {
+                let g = try GraphValidator.load(path: file, registry: registry, overrides: overrides)
+                for w in g.warnings { printError("warning: \(w)") }
+                graphs.append(g)
+            } catch let e as GraphError {
+                printError(e.description)
+                invalid = true
+            }
+        }
+        if invalid { throw ExitStatus.invalid }
+
+        var pipelines: [Pipeline] = []
+        do {
+            for g in graphs {
+                for i in 0..<instances {
+                    var logger = Logger(label: "voicepipe")
+                    if instances > 1 { logger[metadataKey: "instance"] = "\(i)" }
+                    pipelines.append(try Pipeline(graph: g, logger: logger))
+                }
+            }
+        } catch let e as PipelineError {
+            printError("error: \(e.description)")
+            throw ExitStatus.runtimeFailure
+        }
+
+        let all = pipelines
+        let signals = SignalWatcher { for p in all { p.stop() } }
+        defer { signals.cancel() }
+
+        let progress: Task<Void, Never>? = (!quiet && isatty(STDERR_FILENO) == 1) ? Task { await ProgressLine.run(all) } : nil
+
+        let failures = await withTaskGroup(of: PipelineError?.self) { group -> [PipelineError] in
+            for p in pipelines {
+                group.addTask {
+                    do { try await p.run(); return nil } catch let e as PipelineError { return e } catch {
+                        return PipelineError(node: "?", code: "failed", message: "\(error)")
+                    }
+                }
+            }
+            var out: [PipelineError] = []
+            for await r in group { if let r { out.append(r) } }
+            return out
+        }
+        progress?.cancel()
+        if progress != nil { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+
+        if stats {
+            for (i, p) in pipelines.enumerated() {
+                printError(StatsTable.render(p, title: pipelines.count > 1 ? "\(p.graph.file) #\(i)" : p.graph.file))
+                if p.graph.nodes.contains(where: { $0.descriptor.type == "jsonl-sink" && $0.config.string("path", default: "-") == "-" }) {
+                    print(StatsTable.event(p).jsonLine())
+                }
+            }
+        }
+        if let f = failures.first {
+            printError("error: \(f.description)")
+            throw ExitStatus.runtimeFailure
+        }
+    }
+}
+
+/// Turns SIGINT/SIGTERM into a graceful stop; a second signal exits at once.
+final class SignalWatcher {
+    private let sources: [any DispatchSourceSignal]
+
+    init(onFirst: @escaping @Sendable () -> Void) {
+        var sources: [any DispatchSourceSignal] = []
+        let count = SignalCount()
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            s.setEventHandler {
+                if count.next() == 0 {
+                    onFirst()
+                } else {
+                    FileHandle.standardError.write(Data("\nvoicepipe: second signal, exiting at once\n".utf8))
+                    exit(128 + sig)
+                }
+            }
+            s.resume()
+            sources.append(s)
+        }
+        self.sources = sources
+    }
+
+    func cancel() {
+        for s in sources { s.cancel() }
+        signal(SIGINT, SIG_DFL)
+        signal(SIGTERM, SIG_DFL)
+    }
+}
+
+/// The live progress line for file sources (stderr, terminals only).
+enum ProgressLine {
+    static func run(_ pipelines: [Pipeline]) async {
+        let start = ContinuousClock.now
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(250))
+            var parts: [String] = []
+            let wall = (ContinuousClock.now - start) / .seconds(1)
+            for p in pipelines.prefix(4) {
+                for (id, e) in p.progress.sorted(by: { $0.key < $1.key }) {
+                    var s = "\(id): \(String(format: "%.1f", e.position)) s"
+                    if let t = e.total, t > 0 { s += String(format: " / %.1f s (%.0f%%)", t, min(100, 100 * e.position / t)) }
+                    if wall > 0 { s += String(format: " %.1fx", e.position / wall) }
+                    parts.append(s)
+                }
+            }
+            if !parts.isEmpty {
+                FileHandle.standardError.write(Data(("\r\u{1B}[K" + parts.joined(separator: "  ")).utf8))
+            }
+        }
+    }
+}
+
+/// The `--stats` table and event.
+enum StatsTable {
+    static func render(_ p: Pipeline, title: String) -> String {
+        let edges = p.edgeStats
+        let w = max(24, edges.map(\.label.count).max() ?? 0)
+        var out = "stats for \(title):\n"
+        out += "  " + "edge".padding(toLength: w, withPad: " ", startingAt: 0) + "       sent    dropped  max depth  capacity  overflow\n"
+        for e in edges {
+            out += "  " + e.label.padding(toLength: w, withPad: " ", startingAt: 0)
+                + String(format: " %10llu %10llu %10d %9d  ", e.sent, e.dropped, e.maxDepth, e.capacity) + e.overflow.rawValue + "\n"
+        }
+        let nodes = p.nodeStats.filter { $0.restarts > 0 || !$0.counters.isEmpty }
+        if !nodes.isEmpty {
+            out += "  nodes:\n"
+            for n in nodes {
+                var fields = n.counters.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }
+                if n.restarts > 0 { fields.insert("restarts=\(n.restarts)", at: 0) }
+                out += "    \(n.id): " + fields.joined(separator: " ") + "\n"
+            }
+        }
+        if p.eventsDropped > 0 { out += "  events dropped by slow subscribers: \(p.eventsDropped)\n" }
+        return out
+    }
+
+    static func event(_ p: Pipeline) -> Event {
+        let edges: [EventValue] = p.edgeStats.map { e in
+            .object(["edge": .string(e.label), "sent": .int(Int64(e.sent)), "dropped": .int(Int64(e.dropped)),
+                     "max_depth": .int(Int64(e.maxDepth)), "capacity": .int(Int64(e.capacity)), "overflow": .string(e.overflow.rawValue)])
+        }
+        let nodes: [EventValue] = p.nodeStats.map { n in
+            var o: [String: EventValue] = ["node": .string(n.id), "restarts": .int(Int64(n.restarts))]
+            for (k, v) in n.counters { o[k] = .int(Int64(v)) }
+            return .object(o)
+        }
+        return Event("stats", node: "pipeline", ts: nil, fields: [("edges", .array(edges)), ("nodes", .array(nodes))])
+    }
+}
+
+/// Counts signals received.
+final class SignalCount: Sendable {
+    private let value = Atomic<Int>(0)
+    /// Returns the count before this signal.
+    func next() -> Int { value.wrappingAdd(1, ordering: .relaxed).oldValue }
+}

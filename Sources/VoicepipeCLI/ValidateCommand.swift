@@ -1,0 +1,29 @@
+import ArgumentParser
+import Foundation
+import PipelineCore
+
+/// `voicepipe validate FILE...`: checks graphs without opening anything.
+struct ValidateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "validate", abstract: "Check graph files; open nothing (exit 2 if any is invalid)")
+
+    @Argument(help: "Graph files.") var files: [String]
+    @Option(name: .customLong("set"), help: "Override a parameter: ID.KEY=VALUE (ID.type=... swaps the node's type).") var sets: [String] = []
+    @OptionGroup var log: LogOptions
+
+    func run() async throws {
+        try log.bootstrap()
+        let overrides = try parseOverrides(sets)
+        var failed = false
+        for file in files {
+            do {
+                let g = try GraphValidator.load(path: file, registry: CLIContext.currentRegistry, overrides: overrides)
+                for w in g.warnings { printError("warning: \(w)") }
+                print("\(file): ok (\(g.nodes.count) nodes, \(g.links.count) links)")
+            } catch let e as GraphError {
+                failed = true
+                printError(e.description)
+            }
+        }
+        if failed { throw ExitStatus.invalid }
+    }
+}

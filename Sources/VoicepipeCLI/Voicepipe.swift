@@ -1,0 +1,100 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Nodes
+import PipelineCore
+import Synchronization
+
+/// The `voicepipe` command line, reusable by packages that add their own node types:
+///
+/// ```swift
+/// var registry = BuiltinNodes.registry()
+/// registry.register(MyNode.descriptor)
+/// await Voicepipe.main(registry: registry)
+/// ```
+public enum Voicepipe {
+    /// Parses the process arguments and runs the command with `registry`'s node types.
+    public static func main(registry: NodeRegistry = BuiltinNodes.registry(), arguments: [String]? = nil) async {
+        CLIContext.registry.withLock { $0 = registry }
+        do {
+            var command = try RootCommand.parseAsRoot(arguments)
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            RootCommand.exit(withError: error)
+        }
+    }
+}
+
+/// Process-wide settings of the CLI.
+enum CLIContext {
+    static let registry = Mutex<NodeRegistry>(BuiltinNodes.registry())
+    static var currentRegistry: NodeRegistry { registry.withLock { $0 } }
+}
+
+/// Exit codes: 0 normal end, 1 runtime failure, 2 invalid graph or usage.
+enum ExitStatus {
+    static let runtimeFailure = ExitCode(1)
+    static let invalid = ExitCode(2)
+}
+
+struct RootCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "voicepipe",
+        abstract: "Real-time voice pipelines declared in YAML: capture, meter, detect speech, slice, encode, recognize, send.",
+        discussion: """
+        Exit codes: 0 normal end, 1 runtime failure, 2 invalid graph or usage.
+        Examples:
+          voicepipe run pipelines/recognizer-file.yaml
+          voicepipe run pipelines/record.yaml --set mic.type=alsa-source
+          voicepipe validate pipelines/*.yaml
+          voicepipe nodes vad
+          voicepipe graph pipelines/intercom.yaml --format mermaid
+        """,
+        subcommands: [RunCommand.self, ValidateCommand.self, NodesCommand.self, GraphCommand.self, DevicesCommand.self, AvatarCommand.self]
+    )
+}
+
+/// Log options shared by subcommands.
+struct LogOptions: ParsableArguments {
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "notice"
+
+    func bootstrap() throws {
+        guard let level = Logger.Level(rawValue: logLevel) else {
+            throw ValidationError("--log-level: expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        LogBootstrap.once(level: level)
+    }
+}
+
+/// Bootstraps swift-log once per process (stderr, with the chosen level).
+enum LogBootstrap {
+    private static let done = Mutex(false)
+    static func once(level: Logger.Level) {
+        let first = done.withLock { d -> Bool in defer { d = true }; return !d }
+        guard first else { return }
+        LoggingSystem.bootstrap { label in
+            var h = StreamLogHandler.standardError(label: label)
+            h.logLevel = level
+            return h
+        }
+    }
+}
+
+/// Writes to standard error.
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+/// Parses `--set` values.
+func parseOverrides(_ sets: [String]) throws -> [Override] {
+    try sets.map { text in
+        do { return try Override(parsing: text) } catch let e as GraphError {
+            throw ValidationError(e.description)
+        }
+    }
+}
