@@ -1,2 +1,0 @@
-import PipelineCore
-import Nodes
