@@ -2,5 +2,5 @@ import PipelineCore
 
 /// The asr node and its engines.
 enum ASRNodes {
-    static var all: [NodeDescriptor] { [] }
+    static var all: [NodeDescriptor] { [ASRNode.descriptor] }
 }

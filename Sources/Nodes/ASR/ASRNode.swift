@@ -1,0 +1,118 @@
+import Foundation
+import PipelineCore
+
+/// `asr`: speech recognition. Reads audio (plain, VAD-marked or sliced), hands utterances to an
+/// ``ASREngine`` and reports what it recognizes as events (`utterance_start`, `transcript`,
+/// `utterance_end`, `finished`, `error`) and final transcripts as text frames on `text`.
+public actor ASRNode: Node {
+    let engineName: String
+    let engine: any ASREngine
+    let format: AudioFormat
+    let silenceMs: Int64
+    private var finals: [String] = []
+
+    init(config: NodeConfig) throws {
+        engineName = config.string("engine", default: ASREngines.defaultName)
+        guard let descriptor = ASREngines.descriptor(engineName) else {
+            throw NodeError("unknown_engine", "asr: unknown engine '\(engineName)'; expected one of \(ASREngines.all.map(\.name).joined(separator: ", "))")
+        }
+        engine = try descriptor.make(config)
+        format = descriptor.inputFormat(config)
+        silenceMs = Int64(config.int("endpoint_silence_ms", default: 600))
+    }
+
+    public func run(_ context: NodeContext) async throws {
+        let feed = ASRFeed(port: context.input(), format: format,
+                           segmenter: ASRSegmenter(endpointing: !engine.segmentsUnmarkedAudio, silenceMs: silenceMs),
+                           logger: context)
+        let inputs = ASRInputs { await feed.next() }
+        let results = ASRResults { [self] result in try await self.handle(result, context: context) }
+        try await engine.run(inputs: inputs, results: results, context: context)
+        try await context.emit("finished", [("text", .string(Self.join(finals)))])
+    }
+
+    private func handle(_ result: ASRResult, context: NodeContext) async throws {
+        switch result {
+        case .utteranceStart(let voiceID, let seq):
+            try await context.emit("utterance_start", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))])
+        case .partial(let t):
+            try await context.emit("transcript", Self.fields(t, final: false))
+        case .final(let t):
+            let text = t.text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if !text.isEmpty { finals.append(text) }
+            try await context.emit("transcript", Self.fields(t, final: true))
+            if !text.isEmpty {
+                try await context.output("text").send(.text(text, pts: t.startMs * 1_000_000))
+            }
+        case .utteranceEnd(let voiceID, let seq):
+            try await context.emit("utterance_end", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))])
+        case .error(let code, let message):
+            try await context.emitError(code: code, message: message)
+        }
+    }
+
+    private static func fields(_ t: ASRTranscript, final: Bool) -> [(String, EventValue)] {
+        [("voice_id", .string(t.voiceID)), ("seq", .int(Int64(t.seq))), ("text", .string(t.text)),
+         ("final", .bool(final)), ("start_ms", .int(t.startMs)), ("end_ms", .int(t.endMs))]
+    }
+
+    /// Joins final texts: with a space between words of alphabetic scripts, without one next to
+    /// CJK text.
+    static func join(_ texts: [String]) -> String {
+        var out = ""
+        for t in texts {
+            if let last = out.unicodeScalars.last, let first = t.unicodeScalars.first,
+               last.isASCII || first.isASCII {
+                out += " "
+            }
+            out += t
+        }
+        return out
+    }
+}
+
+/// Reads the node's input port and produces the engine's inputs: converts audio to the engine's
+/// format when it differs (validation normally catches that earlier) and finds utterances.
+actor ASRFeed {
+    private let port: InputPort
+    private let format: AudioFormat
+    private var segmenter: ASRSegmenter
+    private var pending: [ASRInput] = []
+    private var head = 0
+    private var converter: AudioConverter?
+    private var finished = false
+    private let context: NodeContext
+
+    init(port: InputPort, format: AudioFormat, segmenter: ASRSegmenter, logger context: NodeContext) {
+        self.port = port
+        self.format = format
+        self.segmenter = segmenter
+        self.context = context
+    }
+
+    func next() async -> ASRInput? {
+        while head == pending.count {
+            pending.removeAll(keepingCapacity: true)
+            head = 0
+            if finished { return nil }
+            guard let frame = await port.next() else {
+                finished = true
+                pending = segmenter.finish()
+                continue
+            }
+            guard let audio = frame.audio else { continue }
+            var samples = audio.samples
+            if audio.format != format {
+                if converter?.input != audio.format {
+                    context.logger.warning("asr: converting \(audio.format) to \(format); put a resample node before asr to choose the quality")
+                    converter = try? AudioConverter(from: audio.format, to: format, quality: 5)
+                }
+                guard let converter else { continue }
+                samples = converter.convert(samples)
+            }
+            pending = segmenter.push(ASRAudio(samples: samples, format: format, pts: frame.pts, marks: frame.marks))
+        }
+        defer { head += 1 }
+        return pending[head]
+    }
+}

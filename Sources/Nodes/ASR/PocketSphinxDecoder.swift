@@ -1,0 +1,158 @@
+import CPocketSphinx
+import Foundation
+import PipelineCore
+
+/// Settings of a PocketSphinx decoder, checked once from the node's parameters.
+struct PocketSphinxSettings: Sendable, Hashable {
+    /// What the decoder searches for.
+    enum Search: Sendable, Hashable {
+        /// Free speech with an n-gram language model.
+        case languageModel(String)
+        /// Only sentences a JSGF grammar allows.
+        case grammar(String)
+        /// One key phrase, with its detection threshold.
+        case keyphrase(String, threshold: Double)
+        /// A key phrase list file.
+        case keyphraseList(String)
+    }
+
+    var acousticModel: String
+    var dictionary: String
+    var search: Search
+
+    static let modelRoot = "/usr/share/pocketsphinx/model"
+
+    init(acousticModel: String, dictionary: String, search: Search) {
+        self.acousticModel = acousticModel
+        self.dictionary = dictionary
+        self.search = search
+    }
+
+    /// Settings from the `asr` node's parameters (Debian's en-us model by default).
+    init(config: NodeConfig) {
+        let language = config.string("language", default: "en-us")
+        let root = Self.modelRoot + "/" + language
+        acousticModel = config.string("model_dir", default: root + "/" + language)
+        dictionary = config.string("dict", default: root + "/cmudict-" + language + ".dict")
+        if let jsgf = config.string("jsgf") {
+            search = .grammar(jsgf)
+        } else if let phrase = config.string("keyphrase") {
+            search = .keyphrase(phrase, threshold: config.double("kws_threshold", default: 1e-20))
+        } else if let list = config.string("kws") {
+            search = .keyphraseList(list)
+        } else {
+            search = .languageModel(config.string("lm", default: root + "/" + language + ".lm.bin"))
+        }
+    }
+
+    /// Problems found without loading anything: missing files, conflicting searches.
+    static func check(_ config: NodeConfig) -> [String] {
+        var problems: [String] = []
+        let searches = ["jsgf", "keyphrase", "kws"].filter { config.has($0) }
+        if searches.count > 1 {
+            problems.append("give only one of jsgf, keyphrase, kws (got \(searches.joined(separator: ", ")))")
+        }
+        if config.has("lm") && !searches.isEmpty {
+            problems.append("lm is used for free speech; it cannot be combined with \(searches[0])")
+        }
+        if config.has("kws_threshold") && !config.has("keyphrase") {
+            problems.append("kws_threshold applies to keyphrase (a kws file gives thresholds per line)")
+        }
+        let settings = PocketSphinxSettings(config: config)
+        var files: [(String, String)] = [("dict", settings.dictionary)]
+        switch settings.search {
+        case .languageModel(let p): files.append(("lm", p))
+        case .grammar(let p): files.append(("jsgf", p))
+        case .keyphraseList(let p): files.append(("kws", p))
+        case .keyphrase: break
+        }
+        var isDir: ObjCBool = false
+        if !FileManager.default.fileExists(atPath: settings.acousticModel, isDirectory: &isDir) || !isDir.boolValue {
+            let hint = config.has("model_dir") ? "" : " (install pocketsphinx-en-us, or set model_dir)"
+            problems.append("acoustic model directory \(settings.acousticModel) not found\(hint)")
+        }
+        for (name, path) in files where !FileManager.default.fileExists(atPath: path) {
+            problems.append("\(name): \(path) not found")
+        }
+        return problems
+    }
+
+    /// Decoder arguments (`-name value` pairs).
+    var arguments: [String] {
+        var args = ["-hmm", acousticModel, "-dict", dictionary, "-samprate", "16000", "-logfn", "/dev/null"]
+        switch search {
+        case .languageModel(let p): args += ["-lm", p]
+        case .grammar(let p): args += ["-jsgf", p]
+        case .keyphrase(let phrase, let threshold): args += ["-keyphrase", phrase, "-kws_threshold", String(threshold)]
+        case .keyphraseList(let p): args += ["-kws", p]
+        }
+        return args
+    }
+}
+
+/// One PocketSphinx decoder: 16 kHz mono s16 in, hypotheses out.
+///
+/// `@unchecked Sendable` is safe because the decoder is confined to one thread: the engine
+/// creates it, uses it and frees it only inside jobs of its own ``BlockingWorker``, which runs
+/// them one at a time on a single thread. It is never touched from any other task.
+final class PocketSphinxDecoder: @unchecked Sendable {
+    private let decoder: OpaquePointer
+    private var inUtterance = false
+
+    /// Loads the models. Slow (hundreds of milliseconds); call it on the worker thread.
+    init(_ settings: PocketSphinxSettings) throws {
+        Self.quiet
+        var cstrings = settings.arguments.map { strdup($0) }
+        defer { cstrings.forEach { free($0) } }
+        let config = cstrings.withUnsafeMutableBufferPointer { buf in
+            vp_ps_config(Int32(buf.count), buf.baseAddress)
+        }
+        guard let config else {
+            throw NodeError("asr_config", "pocketsphinx refused its configuration: \(settings.arguments.joined(separator: " "))")
+        }
+        defer { cmd_ln_free_r(config) }
+        Self.quiet
+        guard let decoder = ps_init(config) else {
+            throw NodeError("asr_model", "pocketsphinx could not load its models (acoustic model \(settings.acousticModel), dictionary \(settings.dictionary)); check the paths and that the grammar or keyphrase words are in the dictionary")
+        }
+        self.decoder = decoder
+    }
+
+    /// The library logs to stderr until told otherwise (process-wide).
+    private static let quiet: Void = vp_ps_quiet()
+
+    deinit { ps_free(decoder) }
+
+    /// Begins an utterance.
+    func start() throws {
+        if inUtterance { _ = ps_end_utt(decoder) }
+        guard ps_start_utt(decoder) >= 0 else { throw NodeError("asr_decoder", "pocketsphinx could not start an utterance") }
+        inUtterance = true
+    }
+
+    /// Decodes samples of the open utterance.
+    func process(_ samples: [Int16]) throws {
+        guard inUtterance, !samples.isEmpty else { return }
+        let r = samples.withUnsafeBufferPointer { ps_process_raw(decoder, $0.baseAddress, $0.count, 0, 0) }
+        guard r >= 0 else { throw NodeError("asr_decoder", "pocketsphinx failed decoding audio") }
+    }
+
+    /// The current best hypothesis ("" when none).
+    func hypothesis() -> String {
+        guard let hyp = ps_get_hyp(decoder, nil) else { return "" }
+        return Self.clean(String(cString: hyp))
+    }
+
+    /// Ends the utterance and returns its final hypothesis.
+    func end() -> String {
+        guard inUtterance else { return "" }
+        _ = ps_end_utt(decoder)
+        inUtterance = false
+        return hypothesis()
+    }
+
+    /// Collapses whitespace (keyword spotting separates detections with several spaces).
+    static func clean(_ s: String) -> String {
+        s.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+    }
+}
