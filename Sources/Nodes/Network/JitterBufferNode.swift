@@ -1,0 +1,136 @@
+import PipelineCore
+
+/// `jitter-buffer`: turns Opus packets from `rtp-receive` (in arrival order, with gaps, copies and
+/// stragglers) into exactly one frame per packet interval, on the pipeline's clock.
+///
+/// Input: encoded `opus` frames ordered by `pts` (the RTP timestamp in ns, as `rtp-receive` sets it;
+/// copies share a pts). Output: the packets in order, re-stamped on a continuous timeline from 0, and
+/// for every slot with nothing to play a **lost-frame marker**: an `opus` frame with an empty payload,
+/// `marks.discontinuity = true` and the slot's duration, which `opus-decode` conceals (PLC).
+/// In-band FEC is not used: the marker carries no data from the following packet.
+///
+/// The delay adapts as described on ``JitterBuffer``. Counters (`played`, `concealed`, `stretched`,
+/// `skipped`, `late`, `duplicates`, `resyncs`) go to `--stats`; a `jitter_stats` event with the same
+/// fields plus `jitter_ms`, `target_ms` and `delay_ms` is emitted every `stats_interval_ms` and at the end.
+public actor JitterBufferNode: Node {
+    private var buffer: JitterBuffer
+    private let statsIntervalNanos: Int64
+    private var inputEnded = false
+    private var startWaiter: CheckedContinuation<Void, Never>?
+    private var reported = JitterBuffer.Statistics()
+    private var lastFormat: AudioFormat?
+
+    init(configuration: JitterBuffer.Configuration, statsIntervalMs: Int) {
+        buffer = JitterBuffer(configuration: configuration)
+        statsIntervalNanos = Int64(statsIntervalMs) * 1_000_000
+    }
+
+    public func run(_ context: NodeContext) async throws {
+        let pacer = context.makePacer()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await frame in context.input() {
+                    guard let encoded = frame.encoded, !encoded.payload.isEmpty else { continue }
+                    await self.insert(frame, format: encoded.format, arrival: Self.nanos(pacer.elapsed))
+                }
+                await self.endInput()
+            }
+            group.addTask { try await self.playout(context, pacer: pacer) }
+            try await group.waitForAll()
+        }
+        try await report(context)
+    }
+
+    private func insert(_ frame: Frame, format: AudioFormat?, arrival: Int64) {
+        if let format { lastFormat = format }
+        _ = buffer.insert(frame, arrival: arrival)
+        wakePlayout()
+    }
+
+    private func endInput() {
+        inputEnded = true
+        wakePlayout()
+    }
+
+    private func wakePlayout() {
+        if buffer.nextTickTime != nil || inputEnded, let w = startWaiter {
+            startWaiter = nil
+            w.resume()
+        }
+    }
+
+    private func waitForStart() async {
+        if buffer.nextTickTime != nil || inputEnded { return }
+        await withCheckedContinuation { startWaiter = $0 }
+    }
+
+    private func playout(_ context: NodeContext, pacer: Pacer) async throws {
+        await waitForStart()
+        var nextReport = statsIntervalNanos
+        let out = context.output()
+        while true {
+            guard let due = buffer.nextTickTime else { return }
+            if inputEnded && buffer.isEmpty { return }
+            try await pacer.wait(until: .nanoseconds(due))
+            let frame: Frame
+            switch buffer.tick() {
+            case .play(var f, let outputPts):
+                f.pts = outputPts
+                f.marks.discontinuity = false
+                frame = f
+            case .conceal(let duration, let outputPts, next: _, stretch: _):
+                frame = Frame(payload: .encoded(EncodedBuffer(codec: "opus", payload: [], durationNanos: duration, format: lastFormat)),
+                              pts: outputPts, marks: FrameMarks(discontinuity: true))
+            }
+            try await out.send(frame)
+            if statsIntervalNanos > 0, due >= nextReport {
+                nextReport = due + statsIntervalNanos
+                try await report(context)
+            }
+        }
+    }
+
+    private func report(_ context: NodeContext) async throws {
+        let s = buffer.statistics
+        let deltas: [(String, Int, Int)] = [
+            ("played", s.played, reported.played), ("concealed", s.concealed, reported.concealed),
+            ("stretched", s.stretched, reported.stretched), ("skipped", s.skipped, reported.skipped),
+            ("late", s.late, reported.late), ("duplicates", s.duplicates, reported.duplicates),
+            ("resyncs", s.resyncs, reported.resyncs),
+        ]
+        for (name, now, before) in deltas where now > before { context.count(name, by: UInt64(now - before)) }
+        reported = s
+        var fields: [(String, EventValue)] = deltas.map { ($0.0, .int(Int64($0.1))) }
+        fields.append(("jitter_ms", .double((buffer.jitterNanos / 1e5).rounded() / 10)))
+        fields.append(("target_ms", .double(Double(buffer.targetDelayNanos / 100_000) / 10)))
+        fields.append(("delay_ms", .double(Double(buffer.currentDelayNanos / 100_000) / 10)))
+        try await context.emit("jitter_stats", fields)
+    }
+
+    private static func nanos(_ d: Duration) -> Int64 {
+        d.components.seconds * 1_000_000_000 + d.components.attoseconds / 1_000_000_000
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "jitter-buffer", summary: "Reorders Opus packets from rtp-receive and plays one frame per interval, marking lost ones for concealment",
+        family: "DSP",
+        inputs: [PortSpec("in", [.encoded], codecs: ["opus"], doc: "Opus packets ordered by pts (from rtp-receive)")],
+        outputs: [PortSpec("out", [.encoded], codecs: ["opus"], doc: "one packet per interval; empty payload = lost, conceal it"), .events],
+        parameters: [
+            ParamSpec("min_ms", .int(0...5000), default: .int(20), doc: "smallest target delay beyond the fastest transit"),
+            ParamSpec("max_ms", .int(0...5000), default: .int(200), doc: "largest target delay"),
+            ParamSpec("frame_ms", .int(1...120), default: .int(20), doc: "packet interval for concealment and adaptation steps"),
+            ParamSpec("stats_interval_ms", .int(0...3_600_000), default: .int(5000), doc: "jitter_stats event period (0 = only at the end)"),
+        ],
+        format: .none,
+        check: { c in
+            do { _ = try JitterBuffer.Configuration(minMs: c.int("min_ms", default: 20), maxMs: c.int("max_ms", default: 200), frameMs: c.int("frame_ms", default: 20)); return [] }
+            catch let error as JitterBuffer.ConfigurationError { return [error.message] } catch { return ["\(error)"] }
+        },
+        make: { c in
+            let configuration = try JitterBuffer.Configuration(minMs: c.int("min_ms", default: 20), maxMs: c.int("max_ms", default: 200),
+                                                                frameMs: c.int("frame_ms", default: 20))
+            return JitterBufferNode(configuration: configuration, statsIntervalMs: c.int("stats_interval_ms", default: 5000))
+        })
+}

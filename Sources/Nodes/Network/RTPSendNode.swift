@@ -1,0 +1,101 @@
+import PipelineCore
+
+/// `rtp-send`: sends Opus packets as RTP over UDP (RFC 3550, payload format RFC 7587) to `host:port`,
+/// IPv4 or IPv6.
+///
+/// - The RTP clock is 48 kHz whatever the encoder's input rate: the timestamp is the frame's `pts`
+///   converted to 48 kHz units, offset by a random initial value.
+/// - SSRC (unless `ssrc` is given) and the initial sequence number are random.
+/// - The marker bit is set on the first packet and on the first packet after a gap: DTX packets
+///   (1–2 bytes, which carry no audio) are not sent, and a jump in `pts` beyond the frame's duration
+///   counts as a gap too.
+/// - Sending never blocks: a datagram the system cannot queue is dropped and counted (`send_dropped`);
+///   other send errors (no route, refused) are counted as `send_errors` and reported once as an
+///   `error` event, and the call goes on.
+public actor RTPSendNode: Node {
+    private let host: String
+    private let port: Int
+    private let payloadType: UInt8
+    private let ssrc: UInt32
+    private var sequence: UInt16
+    private let timestampBase: UInt32
+
+    init(config c: NodeConfig) {
+        host = c.string("host", default: "127.0.0.1")
+        port = c.int("port", default: 5004)
+        payloadType = UInt8(c.int("payload_type", default: 96))
+        var rng = SystemRandomNumberGenerator()
+        ssrc = c.int("ssrc").map { UInt32(truncatingIfNeeded: $0) } ?? rng.next()
+        sequence = rng.next()
+        timestampBase = rng.next()
+    }
+
+    public func run(_ context: NodeContext) async throws {
+        let worker = BlockingWorker(name: "rtp-send-\(context.id)")
+        defer { worker.shutdown() }
+        let (host, port) = (self.host, self.port)
+        let address: UDPAddress
+        let socket: UDPSocket
+        do {
+            (address, socket) = try await worker.run {
+                let a = try UDPAddress.resolve(host: host, port: port)
+                return (a, try UDPSocket(family: a.family))
+            }
+        } catch let e as UDPError {
+            throw NodeError(e.code, "rtp-send: \(e.message)")
+        }
+        defer { socket.close() }
+        context.logger.info("sending RTP (pt \(payloadType), ssrc \(ssrc)) to \(address)")
+        var nextPts: Int64?
+        var marker = true
+        var errorsReported = false
+        for await frame in context.input() {
+            guard let encoded = frame.encoded else { continue }
+            if let expected = nextPts, frame.pts > expected + encoded.durationNanos / 2 { marker = true }
+            nextPts = frame.pts + encoded.durationNanos
+            if encoded.payload.count <= 2 {
+                // Empty (lost-frame marker) or DTX: nothing worth sending; the next packet starts a talkspurt.
+                marker = true
+                context.count("dtx_skipped")
+                continue
+            }
+            let ts48k = frame.pts / 1_000_000_000 * 48_000 + (frame.pts % 1_000_000_000) * 48_000 / 1_000_000_000
+            let packet = RTPPacket(marker: marker, payloadType: payloadType, sequenceNumber: sequence,
+                                   timestamp: timestampBase &+ UInt32(truncatingIfNeeded: ts48k), ssrc: ssrc,
+                                   payload: encoded.payload)
+            sequence &+= 1
+            marker = false
+            let err = socket.send(packet.serialized(), to: address)
+            if err == 0 {
+                context.count("packets_sent")
+            } else if err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS {
+                context.count("send_dropped")
+            } else {
+                context.count("send_errors")
+                if !errorsReported {
+                    errorsReported = true
+                    try await context.emitError(code: "send_failed", message: "rtp-send to \(address): \(String(cString: strerror(err)))")
+                }
+            }
+        }
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "rtp-send", summary: "Sends Opus packets as RTP over UDP (RFC 3550 / RFC 7587), IPv4 or IPv6",
+        family: "sinks",
+        inputs: [PortSpec("in", [.encoded], codecs: ["opus"], doc: "Opus packets (from opus-encode)")],
+        outputs: [],
+        parameters: [
+            ParamSpec("host", .string, default: .string("127.0.0.1"), doc: "peer address or name (IPv6 as ::1 or [::1])"),
+            ParamSpec("port", .int(1...65535), default: .int(5004), doc: "peer UDP port"),
+            ParamSpec("payload_type", .int(0...127), default: .int(96), doc: "RTP payload type (dynamic, 96...127)"),
+            ParamSpec("ssrc", .int(0...4_294_967_295), doc: "synchronization source (default: random)"),
+        ],
+        format: .none,
+        make: { RTPSendNode(config: $0) })
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
