@@ -2,5 +2,5 @@ import PipelineCore
 
 /// The avatar node.
 enum AvatarNodes {
-    static var all: [NodeDescriptor] { [] }
+    static var all: [NodeDescriptor] { [AvatarNode.descriptor] }
 }
