@@ -8,6 +8,7 @@ struct NodesCommand: AsyncParsableCommand {
 
     @Argument(help: "Show one node type in detail.") var type: String?
     @Flag(help: "Machine-readable output.") var json = false
+    @Flag(help: "A Markdown table (the one in the README).") var markdown = false
 
     func run() async throws {
         let registry = CLIContext.currentRegistry
@@ -21,6 +22,8 @@ struct NodesCommand: AsyncParsableCommand {
         }
         if json {
             print(NodeDocs.json(list))
+        } else if markdown {
+            print(NodeDocs.markdown(list), terminator: "")
         } else if type != nil {
             print(NodeDocs.detail(list[0]))
         } else {

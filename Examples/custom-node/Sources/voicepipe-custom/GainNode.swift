@@ -1,0 +1,34 @@
+import Foundation
+import PipelineCore
+
+/// `gain`: multiplies every sample by a factor given in dB, counting clipped samples.
+actor GainNode: FrameProcessor {
+    let factor: Double
+    var clipped: UInt64 = 0
+
+    init(db: Double) { factor = pow(10, db / 20) }
+
+    func process(_ frame: Frame, context: NodeContext) async throws {
+        guard var audio = frame.audio else { return try await context.send(frame) }
+        for i in audio.samples.indices {
+            let v = (Double(audio.samples[i]) * factor).rounded()
+            if v > 32767 || v < -32768 { clipped += 1 }
+            audio.samples[i] = Int16(max(-32768, min(32767, v)))
+        }
+        var out = frame
+        out.payload = .audio(audio)
+        try await context.send(out)
+    }
+
+    func finish(context: NodeContext) async throws {
+        context.count("clipped", by: clipped)
+        try await context.emit("gain_done", [("clipped", .int(Int64(clipped)))])
+    }
+
+    static let descriptor = NodeDescriptor(
+        type: "gain", summary: "Amplifies or attenuates audio by a number of dB", family: "custom",
+        inputs: [PortSpec("in", [.audio])],
+        outputs: [PortSpec("out", [.audio]), .events],
+        parameters: [ParamSpec("db", .double(-96...48), default: .double(0), doc: "gain in dB")],
+        make: { GainNode(db: $0.double("db", default: 0)) })
+}

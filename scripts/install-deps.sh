@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages voicepipe builds, runs and tests with (skips what is already there).
+set -euo pipefail
+packages=(
+  pkg-config libasound2-dev libpulse-dev pulseaudio pulseaudio-utils libasound2-plugins alsa-utils
+  libopus-dev libspeexdsp-dev libpocketsphinx-dev pocketsphinx-en-us
+  espeak-ng flite sox libsox-fmt-all
+  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
+  libcurl4-openssl-dev libyaml-dev graphviz openssl procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
