@@ -1,0 +1,88 @@
+import Foundation
+import PipelineCore
+
+/// `slicer`: cuts audio into slices of exactly `slice_ms` (or `slice_bytes`) and groups them into
+/// flows, stamping `FrameMarks.slice` (voice id, seq from 0, first/last flags) on every slice.
+///
+/// - `mode: utterance` — one flow per utterance, driven by the VAD's in-band `speechStart` /
+///   `speechEnd` marks; audio outside utterances is dropped. Flows longer than `max_utterance_ms`
+///   (default 60000) are split into several flows.
+/// - `mode: fixed` — the whole stream is one flow (split by `max_utterance_ms` only when given).
+///
+/// Voice ids are `<voice_id_prefix>-<n>`; the default prefix is random per run, so ids are unique.
+/// The last, partial slice of a flow (and of the stream) is delivered, marked last. Emits
+/// `utterance_start` / `utterance_end` (`voice_id`, `seq`, `media_ms`) on `events`; `seq` of
+/// `utterance_end` is the last slice's seq.
+public actor SlicerNode: FrameProcessor {
+    let mode: SlicerStateMachine.Mode
+    let sliceMs: Int?
+    let sliceBytes: Int?
+    let maxMs: Int
+    let prefix: String
+    private var machine: SlicerStateMachine?
+
+    init(config c: NodeConfig) {
+        mode = SlicerStateMachine.Mode(rawValue: c.string("mode", default: "utterance")) ?? .utterance
+        sliceBytes = c.int("slice_bytes")
+        sliceMs = sliceBytes == nil ? c.int("slice_ms", default: 200) : nil
+        maxMs = c.int("max_utterance_ms") ?? (mode == .utterance ? 60_000 : 0)
+        prefix = c.string("voice_id_prefix") ?? String(UUID().uuidString.lowercased().prefix(8))
+    }
+
+    public func process(_ frame: Frame, context: NodeContext) async throws {
+        guard let audio = frame.audio else { return try await context.send(frame) }
+        if machine?.format != audio.format {
+            if machine != nil { try await perform(machine!.finish(), context: context) }
+            let f = audio.format
+            let frames: Int
+            if let sliceBytes {
+                guard sliceBytes % (2 * f.channels) == 0 else {
+                    throw NodeError("bad_slice_size", "slice_bytes \(sliceBytes) is not a whole number of \(f.channels)-channel s16 samples")
+                }
+                frames = sliceBytes / (2 * f.channels)
+            } else {
+                frames = max(1, f.frames(ms: sliceMs ?? 200))
+            }
+            machine = SlicerStateMachine(format: f, mode: mode, sliceFrames: frames,
+                                         maxFlowFrames: f.frames(ms: maxMs), prefix: prefix)
+        }
+        try await perform(machine!.push(audio.samples, pts: frame.pts, marks: frame.marks), context: context)
+    }
+
+    public func finish(context: NodeContext) async throws {
+        if machine != nil { try await perform(machine!.finish(), context: context) }
+    }
+
+    private func perform(_ actions: [SlicerStateMachine.Action], context: NodeContext) async throws {
+        for a in actions {
+            switch a {
+            case .flowStart(let id, let pts):
+                try await context.emit("utterance_start", [("voice_id", .string(id)), ("seq", .int(0)), ("media_ms", .int(MediaTime.millis(pts)))])
+            case .slice(let s):
+                try await context.send(Frame(payload: .audio(AudioBuffer(format: machine!.format, samples: s.samples)), pts: s.pts, marks: s.marks))
+            case .flowEnd(let id, let lastSeq, let pts):
+                try await context.emit("utterance_end", [("voice_id", .string(id)), ("seq", .int(Int64(lastSeq))), ("media_ms", .int(MediaTime.millis(pts)))])
+            }
+        }
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "slicer",
+        summary: "Cuts audio into exact slices grouped into flows (voice_id, seq, first/last in FrameMarks.slice); utterance mode follows the VAD marks",
+        family: "DSP",
+        inputs: [PortSpec("in", [.audio])],
+        outputs: [PortSpec("out", [.audio], doc: "slices, marked with FrameMarks.slice"), .events],
+        parameters: [
+            ParamSpec("mode", .choice(["utterance", "fixed"]), default: .string("utterance"), doc: "utterance: one flow per VAD utterance; fixed: one flow for the stream"),
+            ParamSpec("slice_ms", .int(1...60_000), doc: "slice length in milliseconds (default 200)"),
+            ParamSpec("slice_bytes", .int(2...10_000_000), doc: "slice length in bytes of s16 audio (instead of slice_ms)"),
+            ParamSpec("max_utterance_ms", .int(0...), doc: "split flows longer than this; default 60000 in utterance mode, unlimited in fixed mode; 0 = unlimited"),
+            ParamSpec("voice_id_prefix", .string, doc: "voice ids are <prefix>-<n>; default: random per run"),
+        ],
+        format: .passthrough,
+        check: { c in
+            c.has("slice_ms") && c.has("slice_bytes") ? ["give slice_ms or slice_bytes, not both"] : []
+        },
+        make: { SlicerNode(config: $0) })
+}

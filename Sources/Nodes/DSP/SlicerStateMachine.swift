@@ -1,0 +1,192 @@
+import PipelineCore
+
+/// The `slicer`'s logic as a pure value: audio and marks in, slices and flow boundaries out.
+///
+/// - **Flows.** A flow is one utterance (utterance mode: from a frame marked `speechStart` to one
+///   marked `speechEnd`; audio outside is dropped) or the whole stream (fixed mode). Each flow gets
+///   a new `voiceID` (`<prefix>-<n>`, n from 1) and numbers its slices from 0. A flow longer than
+///   `maxFlowFrames` is split: the slice reaching the limit is its last, and the rest of the audio
+///   continues in a new flow.
+/// - **Slices** hold exactly `sliceFrames` samples per channel, except the last one of a flow
+///   (what remains when the utterance, the split or the stream ends), which may be shorter.
+///   A full slice is held until the next sample arrives or its flow ends, so that it can be marked
+///   last: every flow's final slice has `isLast`, its first `isFirst`.
+/// - **Marks.** The first slice of a flow carries `speechStart`, the last `speechEnd` (in utterance
+///   mode; in fixed mode the VAD's marks ride on the slice holding the marked frame's first sample
+///   (start) or last sample (end)). `discontinuity` rides on the slice holding the frame's first sample.
+public struct SlicerStateMachine: Sendable {
+    /// How audio is grouped into flows.
+    public enum Mode: String, Sendable, Hashable {
+        /// One flow for the whole stream.
+        case fixed
+        /// One flow per utterance, from the VAD's in-band marks.
+        case utterance
+    }
+
+    /// One slice of audio.
+    public struct Slice: Sendable {
+        /// Interleaved samples.
+        public var samples: [Int16]
+        /// Media time of the first sample.
+        public var pts: Int64
+        /// Flow identity and position.
+        public var info: SliceInfo
+        /// Marks to put on the slice's frame (including `slice`).
+        public var marks: FrameMarks
+    }
+
+    /// What the node must do.
+    public enum Action: Sendable {
+        /// A flow begins (sent before its first slice).
+        case flowStart(voiceID: String, pts: Int64)
+        /// Send this slice.
+        case slice(Slice)
+        /// A flow ended; `lastSeq` is its last slice's `seq`.
+        case flowEnd(voiceID: String, lastSeq: Int, pts: Int64)
+    }
+
+    /// Audio format of the stream.
+    public let format: AudioFormat
+    /// Grouping.
+    public let mode: Mode
+    /// Samples per channel per full slice.
+    public let sliceFrames: Int
+    /// Longest flow in samples per channel; 0 = unlimited.
+    public let maxFlowFrames: Int
+    /// Prefix of voice ids.
+    public let prefix: String
+
+    private var inFlow = false
+    private var flowAnnounced = false
+    private var needsNewFlow = false
+    private var flowCount = 0
+    private var voiceID = ""
+    private var nextSeq = 0
+    private var flowFrames = 0
+    private var buffer: [Int16] = []
+    private var bufferPts: Int64 = 0
+    private var bufferMarks = FrameMarks()
+    private var held: Slice?
+    private var flowStartPts: Int64 = 0
+    private var lastPts: Int64 = 0
+
+    /// Creates a state machine.
+    public init(format: AudioFormat, mode: Mode, sliceFrames: Int, maxFlowFrames: Int = 0, prefix: String) {
+        precondition(sliceFrames > 0, "slices hold at least one sample")
+        self.format = format
+        self.mode = mode
+        self.sliceFrames = sliceFrames
+        self.maxFlowFrames = max(0, maxFlowFrames)
+        self.prefix = prefix
+    }
+
+    /// True while a flow is open.
+    public var isInFlow: Bool { inFlow }
+
+    /// Feeds one frame of interleaved audio (pts of its first sample, its marks).
+    public mutating func push(_ samples: [Int16], pts: Int64, marks: FrameMarks) -> [Action] {
+        var actions: [Action] = []
+        switch mode {
+        case .utterance:
+            if marks.speechStart {
+                if inFlow { closeFlow(&actions) }
+                openFlow()
+            }
+            if inFlow {
+                append(samples, pts: pts, start: false, discontinuity: marks.discontinuity, &actions)
+            }
+            if marks.speechEnd && inFlow { closeFlow(&actions) }
+        case .fixed:
+            if !inFlow { openFlow() }
+            append(samples, pts: pts, start: marks.speechStart, discontinuity: marks.discontinuity, &actions)
+            if marks.speechEnd {
+                if !buffer.isEmpty { bufferMarks.speechEnd = true } else { held?.marks.speechEnd = true }
+            }
+        }
+        return actions
+    }
+
+    /// End of stream: delivers the last (partial) slice and closes the open flow.
+    public mutating func finish() -> [Action] {
+        var actions: [Action] = []
+        if inFlow { closeFlow(&actions) }
+        return actions
+    }
+
+    private mutating func openFlow() {
+        inFlow = true
+        flowAnnounced = false
+        needsNewFlow = false
+        flowCount += 1
+        voiceID = "\(prefix)-\(flowCount)"
+        nextSeq = 0
+        flowFrames = 0
+        buffer.removeAll(keepingCapacity: true)
+        bufferMarks = FrameMarks()
+        held = nil
+    }
+
+    private mutating func append(_ samples: [Int16], pts: Int64, start: Bool, discontinuity: Bool, _ actions: inout [Action]) {
+        let ch = format.channels
+        var offset = 0
+        var pendingStart = start, pendingGap = discontinuity
+        while offset < samples.count {
+            if needsNewFlow {
+                closeFlow(&actions)
+                openFlow()
+            }
+            if let h = held { emit(h, last: false, &actions); held = nil }
+            if buffer.isEmpty {
+                bufferPts = pts + MediaTime.nanos(samples: Int64(offset / ch), rate: format.sampleRate)
+                bufferMarks = FrameMarks()
+                if buffer.capacity < sliceFrames * ch { buffer.reserveCapacity(sliceFrames * ch) }
+            }
+            if pendingStart { bufferMarks.speechStart = true; pendingStart = false }
+            if pendingGap { bufferMarks.discontinuity = true; pendingGap = false }
+            var room = sliceFrames - buffer.count / ch
+            if maxFlowFrames > 0 { room = min(room, maxFlowFrames - flowFrames) }
+            let n = min(room * ch, samples.count - offset)
+            buffer.append(contentsOf: samples[offset..<(offset + n)])
+            offset += n
+            flowFrames += n / ch
+            lastPts = pts + MediaTime.nanos(samples: Int64(offset / ch), rate: format.sampleRate)
+            let flowFull = maxFlowFrames > 0 && flowFrames >= maxFlowFrames
+            if buffer.count == sliceFrames * ch || flowFull {
+                held = Slice(samples: buffer, pts: bufferPts, info: SliceInfo(voiceID: voiceID, seq: 0, isFirst: false, isLast: false), marks: bufferMarks)
+                buffer.removeAll(keepingCapacity: true)
+            }
+            if flowFull { needsNewFlow = true }
+        }
+    }
+
+    private mutating func emit(_ slice: Slice, last: Bool, _ actions: inout [Action]) {
+        var s = slice
+        if !flowAnnounced {
+            flowAnnounced = true
+            actions.append(.flowStart(voiceID: voiceID, pts: s.pts))
+        }
+        s.info = SliceInfo(voiceID: voiceID, seq: nextSeq, isFirst: nextSeq == 0, isLast: last)
+        if mode == .utterance {
+            s.marks.speechStart = nextSeq == 0
+            s.marks.speechEnd = last
+        }
+        s.marks.slice = s.info
+        nextSeq += 1
+        actions.append(.slice(s))
+    }
+
+    private mutating func closeFlow(_ actions: inout [Action]) {
+        if !buffer.isEmpty {
+            if let h = held { emit(h, last: false, &actions); held = nil }
+            let s = Slice(samples: buffer, pts: bufferPts, info: SliceInfo(voiceID: voiceID, seq: 0, isFirst: false, isLast: false), marks: bufferMarks)
+            buffer.removeAll(keepingCapacity: true)
+            emit(s, last: true, &actions)
+        } else if let h = held {
+            held = nil
+            emit(h, last: true, &actions)
+        }
+        if flowAnnounced { actions.append(.flowEnd(voiceID: voiceID, lastSeq: nextSeq - 1, pts: lastPts)) }
+        inFlow = false
+        needsNewFlow = false
+    }
+}

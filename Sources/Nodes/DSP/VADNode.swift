@@ -1,0 +1,147 @@
+import PipelineCore
+
+/// `vad`: voice activity detection with hysteresis, marking speech in-band.
+///
+/// Each block of audio is classified by ``SpeechDetector`` (speexdsp denoise + VAD probability,
+/// combined with energy above a tracked noise floor); ``VADStateMachine`` opens after `start_ms` of
+/// speech and closes after `stop_ms` of silence.
+///
+/// In-band marks (see `FrameMarks`): `speechStart` is set on the frame that begins the utterance's
+/// audio — `pre_roll_ms` before the detected onset — and `speechEnd` on the frame during which the
+/// `stop_ms` of silence completed, so the marked span holds the pre-roll, the speech and its
+/// trailing silence, ready for a recognizer. To place the start mark on earlier audio, the node holds
+/// back `start_ms + pre_roll_ms` (plus one 20 ms block) of audio. Events on `events`:
+/// `speech_start` with `media_ms` of the detected onset, `speech_end` with `media_ms` of the end of
+/// the last speech block.
+///
+/// `gate: true` passes only the marked spans. `end_on_silence_ms > 0` ends the stream once that much
+/// silence follows speech: the node delivers what it holds and returns, closing its outputs.
+public actor VADNode: Node {
+    struct Held {
+        var frame: Frame
+        var start: Int64
+        var end: Int64
+    }
+
+    let startMs: Int
+    let stopMs: Int
+    let preRollMs: Int
+    let gate: Bool
+    let endOnSilenceMs: Int
+    let thresholds: SpeechDetector.Thresholds
+
+    private var held: [Held] = []
+    private var position: Int64 = 0
+    private var origin: Int64?
+    private var rate = 16000
+    private var gateOpen = false
+    private var lastEndMarked: Int64 = 0
+
+    init(config c: NodeConfig) {
+        startMs = c.int("start_ms", default: 100)
+        stopMs = c.int("stop_ms", default: 500)
+        preRollMs = c.int("pre_roll_ms", default: 300)
+        gate = c.bool("gate", default: false)
+        endOnSilenceMs = c.int("end_on_silence_ms", default: 0)
+        var t = SpeechDetector.Thresholds()
+        if let m = c.double("margin_db") { t.marginDB = m }
+        if let a = c.double("min_db") { t.absoluteFloorDB = a }
+        thresholds = t
+    }
+
+    public func run(_ context: NodeContext) async throws {
+        let detector = try SpeechDetector(blockMs: 20, thresholds: thresholds)
+        var machine: VADStateMachine?
+        let input = context.input()
+        var ending = false
+        var actions: [VADStateMachine.Action] = []
+        while !ending, let frame = await input.next() {
+            guard let audio = frame.audio else { try await context.send(frame); continue }
+            if origin == nil { origin = frame.pts }
+            if machine == nil || audio.format.sampleRate != rate {
+                rate = audio.format.sampleRate
+                let r = Int64(rate)
+                machine = VADStateMachine(startSamples: Int64(startMs) * r / 1000, stopSamples: Int64(stopMs) * r / 1000,
+                                          endOnSilenceSamples: Int64(endOnSilenceMs) * r / 1000)
+            }
+            let n = Int64(audio.frameCount)
+            held.append(Held(frame: frame, start: position, end: position + n))
+            let at = position
+            position += n
+            actions.removeAll(keepingCapacity: true)
+            try detector.feed(audio.samples, format: audio.format, position: at) { speech, from, to in
+                actions.append(contentsOf: machine!.observe(speech: speech, from: from, to: to))
+            }
+            for a in actions {
+                if try await perform(a, context: context) { ending = true }
+            }
+            if !ending {
+                let hold = Int64(startMs + preRollMs + 40) * Int64(rate) / 1000
+                try await release(upTo: position - hold, context: context)
+            }
+        }
+        if !ending, var m = machine {
+            for a in m.finish() { _ = try await perform(a, context: context) }
+        }
+        try await release(upTo: .max, context: context)
+    }
+
+    /// Performs one action; returns true at end of stream.
+    private func perform(_ action: VADStateMachine.Action, context: NodeContext) async throws -> Bool {
+        switch action {
+        case .speechStart(let onset):
+            let target = max(onset - Int64(preRollMs) * Int64(rate) / 1000, lastEndMarked)
+            if let i = held.firstIndex(where: { $0.start >= lastEndMarked && $0.end > target }) ?? (held.isEmpty ? nil : held.count - 1) {
+                held[i].frame.marks.speechStart = true
+            }
+            try await context.emit("speech_start", [("media_ms", .int(mediaMs(onset)))])
+            return false
+        case .speechEnd(let end):
+            if !held.isEmpty {
+                held[held.count - 1].frame.marks.speechEnd = true
+                lastEndMarked = held[held.count - 1].end
+            }
+            try await context.emit("speech_end", [("media_ms", .int(mediaMs(end)))])
+            return false
+        case .endOfStream:
+            return true
+        }
+    }
+
+    private func mediaMs(_ sample: Int64) -> Int64 {
+        MediaTime.millis((origin ?? 0) + MediaTime.nanos(samples: sample, rate: rate))
+    }
+
+    /// Sends (or, gated, drops) every held frame that ends at or before `limit`.
+    private func release(upTo limit: Int64, context: NodeContext) async throws {
+        var count = 0
+        for h in held {
+            guard h.end <= limit else { break }
+            count += 1
+            let marks = h.frame.marks
+            if marks.speechStart { gateOpen = true }
+            if !gate || gateOpen { try await context.send(h.frame) }
+            if marks.speechEnd { gateOpen = false }
+        }
+        if count > 0 { held.removeFirst(count) }
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "vad",
+        summary: "Voice activity detection (speexdsp denoise+VAD with a noise-floor energy test, hysteresis); marks speechStart/speechEnd in-band, emits speech_start/speech_end",
+        family: "DSP",
+        inputs: [PortSpec("in", [.audio])],
+        outputs: [PortSpec("out", [.audio], required: false, doc: "the audio, with speech marks (only speech with gate: true)"), .events],
+        parameters: [
+            ParamSpec("start_ms", .int(10...10_000), default: .int(100), doc: "speech needed to open"),
+            ParamSpec("stop_ms", .int(20...60_000), default: .int(500), doc: "silence needed to close"),
+            ParamSpec("pre_roll_ms", .int(0...5_000), default: .int(300), doc: "audio kept before the onset (the start mark goes this far back)"),
+            ParamSpec("gate", .bool, default: .bool(false), doc: "pass only speech (with pre-roll and trailing stop_ms)"),
+            ParamSpec("end_on_silence_ms", .int(0...), default: .int(0), doc: "end the stream after this much silence following speech; 0 = never"),
+            ParamSpec("margin_db", .double(0...40), default: .double(6), doc: "energy above the noise floor needed for speech"),
+            ParamSpec("min_db", .double(-120...0), default: .double(-55), doc: "blocks quieter than this (dBFS) are silence"),
+        ],
+        format: .passthrough,
+        make: { VADNode(config: $0) })
+}

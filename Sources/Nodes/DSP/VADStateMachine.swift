@@ -1,0 +1,89 @@
+/// The hysteresis of the `vad` node, as a pure value: it sees one classified block at a time
+/// (speech or not, with its sample range) and says when speech starts and ends.
+///
+/// Positions are sample indices (per channel) of the audio the node passes. Speech opens after
+/// `startSamples` of consecutive speech blocks (the onset is the first of them), closes after
+/// `stopSamples` of silence (the end is the end of the last speech block), and, with
+/// `endOnSilenceSamples > 0`, the stream ends once that much silence follows speech.
+///
+/// ```swift
+/// var m = VADStateMachine(startSamples: 1600, stopSamples: 8000)
+/// for action in m.observe(speech: true, from: 0, to: 320) { ... }
+/// ```
+public struct VADStateMachine: Sendable, Hashable {
+    /// What the node must do after a block.
+    public enum Action: Sendable, Hashable {
+        /// Speech started at sample `onset`.
+        case speechStart(onset: Int64)
+        /// Speech ended at sample `end` (end of the last speech block).
+        case speechEnd(end: Int64)
+        /// Enough silence followed speech: end the stream (after any `speechEnd`).
+        case endOfStream
+    }
+
+    /// Speech needed to open, in samples.
+    public let startSamples: Int64
+    /// Silence needed to close, in samples.
+    public let stopSamples: Int64
+    /// Silence after speech that ends the stream; 0 = never.
+    public let endOnSilenceSamples: Int64
+
+    /// True between a start and its end.
+    public private(set) var inSpeech = false
+    /// True once any speech has been seen.
+    public private(set) var hadSpeech = false
+    private var runStart: Int64?
+    private var lastSpeechEnd: Int64 = 0
+    private var ended = false
+
+    /// Creates a state machine.
+    public init(startSamples: Int64, stopSamples: Int64, endOnSilenceSamples: Int64 = 0) {
+        self.startSamples = max(1, startSamples)
+        self.stopSamples = max(1, stopSamples)
+        self.endOnSilenceSamples = max(0, endOnSilenceSamples)
+    }
+
+    /// Feeds one block `from..<to` classified as speech or not; returns the actions, in order.
+    public mutating func observe(speech: Bool, from: Int64, to: Int64) -> [Action] {
+        if ended { return [] }
+        var actions: [Action] = []
+        if speech {
+            if inSpeech {
+                lastSpeechEnd = to
+            } else {
+                let start = runStart ?? from
+                runStart = start
+                if to - start >= startSamples {
+                    inSpeech = true
+                    hadSpeech = true
+                    lastSpeechEnd = to
+                    runStart = nil
+                    actions.append(.speechStart(onset: start))
+                }
+            }
+        } else {
+            runStart = nil
+            if inSpeech && to - lastSpeechEnd >= stopSamples {
+                inSpeech = false
+                actions.append(.speechEnd(end: lastSpeechEnd))
+            }
+            if hadSpeech && endOnSilenceSamples > 0 && to - lastSpeechEnd >= endOnSilenceSamples {
+                if inSpeech {
+                    inSpeech = false
+                    actions.append(.speechEnd(end: lastSpeechEnd))
+                }
+                ended = true
+                actions.append(.endOfStream)
+            }
+        }
+        return actions
+    }
+
+    /// End of input: closes open speech.
+    public mutating func finish() -> [Action] {
+        guard inSpeech, !ended else { return [] }
+        inSpeech = false
+        ended = true
+        return [.speechEnd(end: lastSpeechEnd)]
+    }
+}
