@@ -68,6 +68,12 @@ let package = Package(
             dependencies: ["VoicepipeCLI"],
             swiftSettings: strict
         ),
+        .executableTarget(
+            name: "voicepipe-bench",
+            dependencies: ["PipelineCore", "Nodes"],
+            path: "bench/Sources/voicepipe-bench",
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "PipelineCoreTests",
             dependencies: ["PipelineCore"],

@@ -55,6 +55,8 @@ public final class Pipeline: Sendable {
     let restarts = Mutex<[String: Int]>([:])
     let stopSignal = StopSignal()
     let counters: [String: NodeCounters]
+    let fused: Set<String>
+    let fusedEdges: [String: FusedLink]
 
     /// Builds the pipeline: creates every edge and node (nothing runs yet).
     /// Throws ``PipelineError`` naming the node whose factory failed.
@@ -75,22 +77,64 @@ public final class Pipeline: Sendable {
             edges[key] = BoundedEdge(capacity: links.map(\.capacity).max()!, overflow: links[0].overflow, label: label, producers: links.count)
             order.append(key)
         }
-        self.edges = edges
         self.edgeOrder = graph.links.map { "\($0.toNode).\($0.toPort)" }.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+
+        var instances: [String: any Node] = [:]
+        for n in graph.nodes {
+            do {
+                instances[n.id] = try n.descriptor.make(n.config)
+            } catch {
+                throw PipelineError(node: n.id, code: (error as? NodeError)?.code ?? "create_failed", message: "\(error)")
+            }
+        }
+        self.instances = Mutex(instances)
+
+        // Operator fusion: a FrameProcessor fed by exactly one lossless link from another
+        // FrameProcessor whose port feeds nothing else is called directly in its producer's task.
+        let fusion = Pipeline.fusionAllowed && !(ProcessInfo.processInfo.environment["VOICEPIPE_NO_FUSION"] == "1")
+        var fusedLinks: Set<ResolvedLink> = []
+        if fusion {
+            for l in graph.links {
+                guard let down = graph.node(l.toNode), let up = graph.node(l.fromNode),
+                      instances[l.toNode] is any FrameProcessor, instances[l.fromNode] is any FrameProcessor,
+                      !up.descriptor.isSource, down.restart == nil, up.restart == nil, l.overflow == .block,
+                      l.toPort == down.descriptor.defaultInput?.name,
+                      graph.links.filter({ $0.toNode == l.toNode }).count == 1,
+                      graph.links.filter({ $0.fromNode == l.fromNode && $0.fromPort == l.fromPort }).count == 1
+                else { continue }
+                fusedLinks.insert(l)
+            }
+        }
+        self.fused = Set(fusedLinks.map(\.toNode))
+        for l in fusedLinks { edges.removeValue(forKey: "\(l.toNode).\(l.toPort)") }
+        self.edges = edges
+        var fusedEdges: [String: FusedLink] = [:]
 
         var contexts: [String: NodeContext] = [:]
         var counters: [String: NodeCounters] = [:]
-        for n in graph.nodes {
+        for n in graph.nodes.reversed() {
             var inputs: [String: InputPort] = [:]
             for p in n.descriptor.inputs {
                 inputs[p.name] = InputPort(name: p.name, edge: edges["\(n.id).\(p.name)"])
             }
             var outputs: [String: OutputPort] = [:]
             for p in n.descriptor.outputs {
-                let targets = graph.links.filter { $0.fromNode == n.id && $0.fromPort == p.name }
-                    .map { "\($0.toNode).\($0.toPort)" }
-                    .reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-                    .compactMap { edges[$0] }.map { OutputTarget.edge($0) }
+                var seen: Set<String> = []
+                var targets: [OutputTarget] = []
+                for l in graph.links where l.fromNode == n.id && l.fromPort == p.name {
+                    let key = "\(l.toNode).\(l.toPort)"
+                    guard seen.insert(key).inserted else { continue }
+                    if fusedLinks.contains(l), let processor = instances[l.toNode] as? any FrameProcessor, let downContext = contexts[l.toNode],
+                       let down = graph.node(l.toNode) {
+                        let link = FusedLink(label: l.label, node: l.toNode, processor: processor, context: downContext) {
+                            for q in down.descriptor.outputs { try await downContext.output(q.name).finish() }
+                        }
+                        fusedEdges[key] = link
+                        targets.append(.fused(link))
+                    } else if let e = edges[key] {
+                        targets.append(.edge(e))
+                    }
+                }
                 outputs[p.name] = OutputPort(name: p.name, targets: targets)
             }
             var nodeLogger = logger
@@ -102,17 +146,11 @@ public final class Pipeline: Sendable {
         }
         self.contexts = contexts
         self.counters = counters
-
-        var instances: [String: any Node] = [:]
-        for n in graph.nodes {
-            do {
-                instances[n.id] = try n.descriptor.make(n.config)
-            } catch {
-                throw PipelineError(node: n.id, code: (error as? NodeError)?.code ?? "create_failed", message: "\(error)")
-            }
-        }
-        self.instances = Mutex(instances)
+        self.fusedEdges = fusedEdges
     }
+
+    /// Set to false to give every node its own task (for measurements).
+    nonisolated(unsafe) public static var fusionAllowed = true
 
     /// Loads, validates and builds a graph from YAML text.
     public convenience init(yaml: String, registry: NodeRegistry, file: String = "<string>", overrides: [Override] = [],
@@ -143,7 +181,7 @@ public final class Pipeline: Sendable {
     public var eventsDropped: UInt64 { shared.bus.dropped }
 
     /// Per-edge counters, in link order.
-    public var edgeStats: [EdgeStats] { edgeOrder.compactMap { edges[$0]?.stats } }
+    public var edgeStats: [EdgeStats] { edgeOrder.compactMap { edges[$0]?.stats ?? fusedEdges[$0]?.stats } }
 
     /// Per-node restarts and counters.
     public var nodeStats: [NodeStats] {
@@ -167,13 +205,14 @@ public final class Pipeline: Sendable {
         defer { shared.bus.finishAll() }
         let failure = FailureBox()
         await withTaskGroup(of: Void.self) { group in
-            for n in graph.nodes {
+            let tasks = graph.nodes.filter { !fused.contains($0.id) }
+            for n in tasks {
                 group.addTask { [self] in
                     if let error = await self.runNode(n) {
                         let first = failure.record(error)
                         if first {
                             self.logger.error("\(error.description)")
-                            self.shared.bus.publish(Event("error", node: n.id, ts: self.shared.elapsed,
+                            self.shared.bus.publish(Event("error", node: error.node, ts: self.shared.elapsed,
                                                           fields: [("code", .string(error.code)), ("message", .string(error.message))]))
                             self.shared.markStopping()
                             self.stopSignal.fire()
@@ -188,7 +227,7 @@ public final class Pipeline: Sendable {
                 try? await Task.sleep(for: self.drainTimeout)
                 self.stopSignal.abort()
             }
-            var remaining = graph.nodes.count
+            var remaining = tasks.count
             while remaining > 0, await group.next() != nil {
                 remaining -= 1
             }
@@ -209,6 +248,10 @@ public final class Pipeline: Sendable {
             do {
                 try await runAbortable(node, context: context, isSource: n.descriptor.isSource)
                 return await close(n, context)
+            } catch let fusedError as FusedFailure {
+                let nodeError = fusedError.error as? NodeError
+                _ = await close(n, context)
+                return PipelineError(node: fusedError.node, code: nodeError?.code ?? "node_failed", message: nodeError?.message ?? "\(fusedError.error)")
             } catch {
                 let stopping = shared.isStopping || Task.isCancelled
                 if error is CancellationError || (stopping && n.descriptor.isSource) || stopSignal.aborted {
@@ -240,8 +283,12 @@ public final class Pipeline: Sendable {
 
     private func close(_ n: ResolvedNode, _ context: NodeContext) async -> PipelineError? {
         for p in n.descriptor.outputs {
-            do { try await context.output(p.name).finish() } catch {
-                return PipelineError(node: n.id, code: "flush_failed", message: "\(error)")
+            do { try await context.output(p.name).finish() } catch let e as FusedFailure {
+                let ne = e.error as? NodeError
+                return PipelineError(node: e.node, code: ne?.code ?? "node_failed", message: ne?.message ?? "\(e.error)")
+            } catch {
+                let ne = error as? NodeError
+                return PipelineError(node: n.id, code: ne?.code ?? "flush_failed", message: ne?.message ?? "\(error)")
             }
         }
         return nil

@@ -92,23 +92,50 @@ public final class OutputPort: Sendable {
 /// A direct link to a fused downstream ``FrameProcessor``: frames are handed over by a call,
 /// in the producer's task, with no queue (used for linear chains the runtime fuses).
 final class FusedLink: Sendable {
+    let label: String
+    let node: String
     let processor: any FrameProcessor
     let context: NodeContext
     let onFinish: @Sendable () async throws -> Void
+    private let sent = Atomic<UInt64>(0)
 
-    init(processor: any FrameProcessor, context: NodeContext, onFinish: @escaping @Sendable () async throws -> Void) {
+    init(label: String, node: String, processor: any FrameProcessor, context: NodeContext, onFinish: @escaping @Sendable () async throws -> Void) {
+        self.label = label
+        self.node = node
         self.processor = processor
         self.context = context
         self.onFinish = onFinish
     }
 
+    var stats: EdgeStats {
+        EdgeStats(label: label + " (fused)", sent: sent.load(ordering: .relaxed), dropped: 0, maxDepth: 0, capacity: 0, overflow: .block)
+    }
+
     func deliver(_ frame: Frame) async throws {
-        context.countIn()
-        try await processor.process(frame, context: context)
+        sent.add(1, ordering: .relaxed)
+        do {
+            try await processor.process(frame, context: context)
+        } catch let e as FusedFailure {
+            throw e
+        } catch {
+            throw FusedFailure(node: node, error: error)
+        }
     }
 
     func finish() async throws {
-        try await processor.finish(context: context)
-        try await onFinish()
+        do {
+            try await processor.finish(context: context)
+            try await onFinish()
+        } catch let e as FusedFailure {
+            throw e
+        } catch {
+            throw FusedFailure(node: node, error: error)
+        }
     }
+}
+
+/// An error thrown by a fused node, carried up through its producer's task with the right node id.
+struct FusedFailure: Error {
+    let node: String
+    let error: any Error
 }
