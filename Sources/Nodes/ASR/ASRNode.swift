@@ -24,7 +24,7 @@ public actor ASRNode: Node {
     public func run(_ context: NodeContext) async throws {
         let feed = ASRFeed(port: context.input(), format: format,
                            segmenter: ASRSegmenter(endpointing: !engine.segmentsUnmarkedAudio, silenceMs: silenceMs),
-                           logger: context)
+                           context: context)
         let inputs = ASRInputs { await feed.next() }
         let results = ASRResults { [self] result in try await self.handle(result, context: context) }
         try await engine.run(inputs: inputs, results: results, context: context)
@@ -83,7 +83,7 @@ actor ASRFeed {
     private var finished = false
     private let context: NodeContext
 
-    init(port: InputPort, format: AudioFormat, segmenter: ASRSegmenter, logger context: NodeContext) {
+    init(port: InputPort, format: AudioFormat, segmenter: ASRSegmenter, context: NodeContext) {
         self.port = port
         self.format = format
         self.segmenter = segmenter
