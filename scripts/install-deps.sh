@@ -6,7 +6,7 @@ packages=(
   libopus-dev libspeexdsp-dev libpocketsphinx-dev pocketsphinx-en-us
   espeak-ng flite sox libsox-fmt-all
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
-  libcurl4-openssl-dev libyaml-dev graphviz openssl procps
+  libcurl4-openssl-dev libyaml-dev graphviz openssl procps bc
 )
 missing=()
 for p in "${packages[@]}"; do
