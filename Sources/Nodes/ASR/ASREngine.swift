@@ -210,7 +210,7 @@ public enum ASREngines {
     public static var all: [ASREngineDescriptor] {
         [
             PocketSphinxEngine.descriptor,
-            // TencentASREngine.descriptor,
+            TencentASREngine.descriptor,
         ]
     }
 

@@ -2,5 +2,5 @@ import PipelineCore
 
 /// Network nodes: rtp-send, rtp-receive, jitter-buffer, http-upload.
 enum NetworkNodes {
-    static var all: [NodeDescriptor] { [RTPSendNode.descriptor, RTPReceiveNode.descriptor, JitterBufferNode.descriptor] }
+    static var all: [NodeDescriptor] { [RTPSendNode.descriptor, RTPReceiveNode.descriptor, JitterBufferNode.descriptor, HTTPUploadNode.descriptor] }
 }

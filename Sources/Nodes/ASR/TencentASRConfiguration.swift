@@ -1,0 +1,199 @@
+import Foundation
+import PipelineCore
+
+/// Settings of the `tencent` engine of the `asr` node, checked once when the node is made.
+///
+/// Credentials come from the node's `app_id`, `secret_id` and `secret_key` parameters, falling
+/// back to `TENCENTCLOUD_APPID`, `TENCENTCLOUD_SECRET_ID` and `TENCENTCLOUD_SECRET_KEY`. They are
+/// never logged: ``TencentASRRequest/redactedURL`` is the only form of a URL fit for a log.
+public struct TencentASRConfiguration: Sendable {
+    /// Tencent Cloud AppID (the last path component of the URL).
+    public var appID: String
+    /// SecretId (the `secretid` query parameter).
+    public var secretID: String
+    /// SecretKey (signs the request; never sent).
+    public var secretKey: String
+    /// Where to connect: scheme, host, optional port and path prefix.
+    public var endpoint: TencentEndpoint
+    /// `engine_model_type`, e.g. `16k_zh`, `8k_zh`, `16k_en`.
+    public var engineModelType: String
+    /// Extra query parameters (`needvad`, `vad_silence_time`, `hotword_id`, ...).
+    public var extraParameters: [String: String]
+    /// A PEM file of CA certificates to trust instead of the system store (private deployments).
+    public var caFile: String?
+    /// Reconnection after a dropped connection.
+    public var reconnect: TencentReconnectPolicy
+    /// Audio held while disconnected (and sent but not yet recognized), in milliseconds; older
+    /// audio is dropped and counted beyond this.
+    public var maxHeldMs: Int
+    /// Audio per binary message, in milliseconds (40 ms = 1,280 bytes at 16 kHz).
+    public var chunkMs: Int
+    /// How long to wait for the server's `final: 1` after `{"type": "end"}`.
+    public var finalTimeout: Duration
+
+    /// Query parameters the client sets itself; `params:` may not override them.
+    public static let reservedParameters: Set<String> = ["secretid", "timestamp", "expired", "nonce", "voice_id", "voice_format", "signature"]
+
+    /// Creates a configuration.
+    public init(appID: String, secretID: String, secretKey: String, endpoint: TencentEndpoint = .default,
+                engineModelType: String = "16k_zh", extraParameters: [String: String] = [:], caFile: String? = nil,
+                reconnect: TencentReconnectPolicy = TencentReconnectPolicy(), maxHeldMs: Int = 30_000, chunkMs: Int = 40,
+                finalTimeout: Duration = .seconds(15)) {
+        self.appID = appID
+        self.secretID = secretID
+        self.secretKey = secretKey
+        self.endpoint = endpoint
+        self.engineModelType = engineModelType
+        self.extraParameters = extraParameters
+        self.caFile = caFile
+        self.reconnect = reconnect
+        self.maxHeldMs = maxHeldMs
+        self.chunkMs = chunkMs
+        self.finalTimeout = finalTimeout
+    }
+
+    /// Reads the node's parameters, with credentials defaulting to the environment.
+    /// Throws `missing_credentials` naming what is missing (never a value).
+    public init(config: NodeConfig, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        func credential(_ param: String, _ variable: String) -> String? {
+            if let v = config.string(param), !v.isEmpty { return v }
+            if let v = environment[variable], !v.isEmpty { return v }
+            return nil
+        }
+        let app = credential("app_id", "TENCENTCLOUD_APPID")
+        let sid = credential("secret_id", "TENCENTCLOUD_SECRET_ID")
+        let skey = credential("secret_key", "TENCENTCLOUD_SECRET_KEY")
+        var missing: [String] = []
+        if app == nil { missing.append("app_id (or TENCENTCLOUD_APPID)") }
+        if sid == nil { missing.append("secret_id (or TENCENTCLOUD_SECRET_ID)") }
+        if skey == nil { missing.append("secret_key (or TENCENTCLOUD_SECRET_KEY)") }
+        guard let app, let sid, let skey else {
+            throw NodeError("missing_credentials", "engine tencent needs " + missing.joined(separator: ", "))
+        }
+        let endpoint: TencentEndpoint
+        if let e = config.string("endpoint"), !e.isEmpty {
+            guard let parsed = TencentEndpoint(e) else {
+                throw NodeError("bad_endpoint", "endpoint \"\(e)\": expected ws://host[:port][/prefix] or wss://...")
+            }
+            endpoint = parsed
+        } else {
+            endpoint = .default
+        }
+        self.init(appID: app, secretID: sid, secretKey: skey, endpoint: endpoint,
+                  engineModelType: config.string("engine_model_type") ?? "16k_zh",
+                  extraParameters: config.stringMap("params"), caFile: config.string("ca_file"))
+    }
+
+    /// Problems found in the node's parameters without opening anything (credentials are only
+    /// looked for when the node starts, so a graph validates without them).
+    public static func check(_ config: NodeConfig) -> [String] {
+        var problems: [String] = []
+        if let e = config.string("endpoint"), !e.isEmpty, TencentEndpoint(e) == nil {
+            problems.append("endpoint \"\(e)\": expected ws://host[:port][/prefix] or wss://...")
+        }
+        if let ca = config.string("ca_file"), !FileManager.default.isReadableFile(atPath: ca) {
+            problems.append("ca_file \"\(ca)\": no such readable file")
+        }
+        let model = config.string("engine_model_type") ?? "16k_zh"
+        if !(model.hasPrefix("16k_") || model.hasPrefix("8k_")) {
+            problems.append("engine_model_type \"\(model)\": expected a 16k_* or 8k_* model such as 16k_zh")
+        }
+        for key in config.stringMap("params").keys.sorted() where reservedParameters.contains(key) {
+            problems.append("params.\(key): set by the client itself and cannot be overridden")
+        }
+        return problems
+    }
+
+    /// The sample rate the model expects: 8 kHz for `8k_*` models, else 16 kHz.
+    public static func sampleRate(engineModelType: String) -> Int { engineModelType.hasPrefix("8k_") ? 8000 : 16000 }
+
+    /// The audio format sent to the service (mono s16 at the model's rate).
+    public var audioFormat: AudioFormat { AudioFormat(sampleRate: Self.sampleRate(engineModelType: engineModelType), channels: 1) }
+
+    /// Builds the signed request for one connection.
+    public func request(voiceID: String, timestamp: Int, nonce: Int) -> TencentASRRequest {
+        var params: [String: String] = ["needvad": "1"]
+        for (k, v) in extraParameters where !Self.reservedParameters.contains(k) { params[k] = v }
+        params["secretid"] = secretID
+        params["timestamp"] = String(timestamp)
+        params["expired"] = String(timestamp + 24 * 3600)
+        params["nonce"] = String(nonce)
+        params["engine_model_type"] = engineModelType
+        params["voice_id"] = voiceID
+        params["voice_format"] = "1"
+        let path = endpoint.pathPrefix + "/asr/v2/" + appID
+        let text = TencentSignature.signedText(host: endpoint.hostHeader, path: path, parameters: params)
+        let signature = TencentSignature.sign(text, secretKey: secretKey)
+        let query = TencentSignature.canonicalQuery(params, encode: true) + "&signature=" + TencentSignature.percentEncode(signature)
+        var redacted = params
+        redacted["secretid"] = "***"
+        let redactedQuery = TencentSignature.canonicalQuery(redacted, encode: true) + "&signature=***"
+        let base = endpoint.scheme + "://" + endpoint.hostHeader + path
+        return TencentASRRequest(url: base + "?" + query, redactedURL: base + "?" + redactedQuery, voiceID: voiceID,
+                                 hostHeader: endpoint.hostHeader, path: path, signedText: text)
+    }
+}
+
+/// A signed connection URL.
+public struct TencentASRRequest: Sendable {
+    /// The URL to connect to (holds the secret id and signature: never log it).
+    public var url: String
+    /// The URL with `secretid` and `signature` replaced by `***`, for logs.
+    public var redactedURL: String
+    /// The connection's voice id.
+    public var voiceID: String
+    /// The `Host` header value the signature covers.
+    public var hostHeader: String
+    /// The URL path.
+    public var path: String
+    /// The text that was signed.
+    public var signedText: String
+}
+
+/// Where the `tencent` engine connects: `wss://asr.cloud.tencent.com` by default.
+public struct TencentEndpoint: Sendable, Hashable {
+    /// `ws` or `wss`.
+    public var scheme: String
+    /// Host name or address.
+    public var host: String
+    /// Port, when the URL gives one (then it is part of the `Host` header, as sent).
+    public var port: Int?
+    /// Path before `/asr/v2/<appid>` (empty for the public service).
+    public var pathPrefix: String
+
+    /// The public service.
+    public static let `default` = TencentEndpoint(scheme: "wss", host: "asr.cloud.tencent.com", port: nil, pathPrefix: "")
+
+    /// Creates an endpoint.
+    public init(scheme: String, host: String, port: Int?, pathPrefix: String) {
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.pathPrefix = pathPrefix
+    }
+
+    /// Parses `ws://host[:port][/prefix]` or `wss://...` (also `http`/`https`, taken as `ws`/`wss`).
+    public init?(_ string: String) {
+        guard let range = string.range(of: "://") else { return nil }
+        var scheme = string[..<range.lowerBound].lowercased()
+        if scheme == "http" { scheme = "ws" }
+        if scheme == "https" { scheme = "wss" }
+        guard scheme == "ws" || scheme == "wss" else { return nil }
+        let rest = string[range.upperBound...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        var path = String(rest.dropFirst(authority.count).prefix { $0 != "?" })
+        while path.hasSuffix("/") { path.removeLast() }
+        var host = String(authority)
+        var port: Int?
+        if let colon = authority.lastIndex(of: ":") {
+            guard let p = Int(authority[authority.index(after: colon)...]), (1...65535).contains(p) else { return nil }
+            port = p
+            host = String(authority[..<colon])
+        }
+        guard !host.isEmpty else { return nil }
+        self.init(scheme: scheme, host: host, port: port, pathPrefix: path)
+    }
+
+    /// The `Host` header as a WebSocket client sends it: `host`, or `host:port` when the URL has a port.
+    public var hostHeader: String { port.map { "\(host):\($0)" } ?? host }
+}

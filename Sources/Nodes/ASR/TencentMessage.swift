@@ -1,0 +1,120 @@
+import Foundation
+
+/// A text message from the real-time recognition service:
+/// `{"code": 0, "message": "success", "voice_id": "...", "message_id": "...", "result": {...}, "final": 1}`.
+public struct TencentServerMessage: Sendable, Decodable, Equatable {
+    /// 0 = fine; anything else is an error, after which the server closes the connection.
+    public var code: Int
+    /// What happened, for a person.
+    public var message: String
+    /// The connection's voice id.
+    public var voiceID: String?
+    /// This message's id.
+    public var messageID: String?
+    /// The latest recognition result.
+    public var result: TencentResult?
+    /// True when the whole stream has been recognized (`final: 1`).
+    public var isFinal: Bool
+
+    enum CodingKeys: String, CodingKey {
+        case code, message, result, final
+        case voiceID = "voice_id"
+        case messageID = "message_id"
+    }
+
+    /// Creates a message.
+    public init(code: Int, message: String, voiceID: String? = nil, messageID: String? = nil, result: TencentResult? = nil, isFinal: Bool = false) {
+        self.code = code
+        self.message = message
+        self.voiceID = voiceID
+        self.messageID = messageID
+        self.result = result
+        self.isFinal = isFinal
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        code = try c.decodeLoose(.code) ?? 0
+        message = try c.decodeIfPresent(String.self, forKey: .message) ?? ""
+        voiceID = try c.decodeIfPresent(String.self, forKey: .voiceID)
+        messageID = try c.decodeIfPresent(String.self, forKey: .messageID)
+        result = try c.decodeIfPresent(TencentResult.self, forKey: .result)
+        isFinal = (try c.decodeLoose(.final) ?? 0) == 1
+    }
+
+    /// Parses one text message.
+    public static func parse(_ text: String) throws -> TencentServerMessage {
+        try JSONDecoder().decode(TencentServerMessage.self, from: Data(text.utf8))
+    }
+
+    /// What the documented error codes mean.
+    public static func describe(code: Int) -> String {
+        switch code {
+        case 4001: "invalid parameter"
+        case 4002: "authentication failed (check the secret id, secret key and the clock)"
+        case 4003: "the service is not enabled for this AppID"
+        case 4004: "no free quota left"
+        case 4005: "the account is in arrears"
+        case 4006: "too many concurrent connections for this account"
+        case 4007: "audio decoding failed (the audio does not match voice_format)"
+        case 4008: "the client sent no audio for too long"
+        case 4009: "the client connection was closed"
+        case 4010: "the client sent an unknown text message"
+        case 5000, 5001, 5002: "server error, retry"
+        default: "error"
+        }
+    }
+
+    /// Codes after which reconnecting cannot help (credentials, account, parameters).
+    public static func isFatal(code: Int) -> Bool { (4001...4005).contains(code) }
+}
+
+/// The `result` of a server message.
+public struct TencentResult: Sendable, Decodable, Equatable {
+    /// 0 = an utterance begins, 1 = a partial (unstable) text, 2 = the utterance's final text.
+    public var sliceType: Int
+    /// Index of the utterance within the connection.
+    public var index: Int
+    /// Start of the utterance, in ms of audio sent on this connection.
+    public var startTime: Int64
+    /// End of the recognized audio, in ms of audio sent on this connection.
+    public var endTime: Int64
+    /// The text.
+    public var text: String
+    /// Number of words in ``words``.
+    public var wordSize: Int
+
+    enum CodingKeys: String, CodingKey {
+        case sliceType = "slice_type", index, startTime = "start_time", endTime = "end_time"
+        case text = "voice_text_str", wordSize = "word_size"
+    }
+
+    /// Creates a result.
+    public init(sliceType: Int, index: Int, startTime: Int64, endTime: Int64, text: String, wordSize: Int = 0) {
+        self.sliceType = sliceType
+        self.index = index
+        self.startTime = startTime
+        self.endTime = endTime
+        self.text = text
+        self.wordSize = wordSize
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        sliceType = try c.decodeLoose(.sliceType) ?? 1
+        index = try c.decodeLoose(.index) ?? 0
+        startTime = Int64(try c.decodeLoose(.startTime) ?? 0)
+        endTime = Int64(try c.decodeLoose(.endTime) ?? 0)
+        text = try c.decodeIfPresent(String.self, forKey: .text) ?? ""
+        wordSize = try c.decodeLoose(.wordSize) ?? 0
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// An integer given as a number or as a string of digits.
+    func decodeLoose(_ key: Key) throws -> Int? {
+        if let i = try? decodeIfPresent(Int.self, forKey: key) { return i }
+        if let s = try? decodeIfPresent(String.self, forKey: key) { return Int(s) }
+        return nil
+    }
+}
