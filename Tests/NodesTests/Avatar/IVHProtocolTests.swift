@@ -1,0 +1,96 @@
+import Foundation
+import Testing
+@testable import Nodes
+
+@Suite("IVH protocol: signature, packets, pushes, error codes")
+struct IVHProtocolTests {
+    @Test func documentedSignatureVector() {
+        let params = ["appkey": "e38267c0e86411ebb02aed82acb0ed99", "timestamp": "1646636485"]
+        #expect(IVHSignature.canonical(params) == "appkey=e38267c0e86411ebb02aed82acb0ed99&timestamp=1646636485")
+        #expect(IVHSignature.sign(params, accessToken: "f68f2d10ae9e4604b76fb05cf46bccec") == "BfWuaC9kmaicCggXc693uK+sZQ8qe88O4HVQNTdwZuo=")
+        let query = IVHSignature.query(appkey: "e38267c0e86411ebb02aed82acb0ed99", accessToken: "f68f2d10ae9e4604b76fb05cf46bccec", timestamp: 1646636485)
+        #expect(query == "appkey=e38267c0e86411ebb02aed82acb0ed99&timestamp=1646636485&signature=BfWuaC9kmaicCggXc693uK%2BsZQ8qe88O4HVQNTdwZuo%3D")
+    }
+
+    @Test func requestIDIsSignedInSortedOrder() {
+        let params = ["timestamp": "1", "requestid": "m123", "appkey": "k", "signature": "ignored"]
+        #expect(IVHSignature.canonical(params) == "appkey=k&requestid=m123&timestamp=1")
+        let q = IVHSignature.query(appkey: "k", accessToken: "t", timestamp: 1, requestID: "m123")
+        #expect(q.hasPrefix("appkey=k&requestid=m123&timestamp=1&signature="))
+        let sig = String(q.split(separator: "=", maxSplits: 4).last!)
+        #expect(!sig.contains("+") && !sig.contains("/"))
+        #expect(sig.removingPercentEncoding == IVHSignature.sign(params, accessToken: "t"))
+    }
+
+    @Test func packetsAreFixedSizeNumberedAndEndWithFinal() {
+        var p = AudioPacketizer(packetBytes: 6400, makeID: { "utt" })
+        var out: [IVHCommand] = []
+        for _ in 0..<16 { out += p.push([UInt8](repeating: 1, count: 640), endsUtterance: false) }   // 10,240 bytes
+        #expect(out.count == 1)
+        out += p.push([UInt8](repeating: 2, count: 640), endsUtterance: true)                          // 10,880 in all
+        let packets = out.compactMap { c -> (Int, Int, Bool)? in
+            if case .audio(_, let seq, let pcm, let final) = c { return (seq, pcm.count, final) }
+            return nil
+        }
+        #expect(packets.map(\.0) == [1, 2])
+        #expect(packets.map(\.1) == [6400, 4480])
+        #expect(packets.map(\.2) == [false, true])
+        // A new utterance starts again from 1; an exact multiple ends on a full final packet.
+        let next = p.push([UInt8](repeating: 3, count: 12800), endsUtterance: true)
+        #expect(next.map { if case .audio(_, let s, let b, let f) = $0 { "\(s):\(b.count):\(f)" } else { "" } } == ["1:6400:false", "2:6400:true"])
+        // End of stream with an utterance open sends an empty final packet.
+        _ = p.push([UInt8](repeating: 4, count: 6400), endsUtterance: false)
+        let tail = p.finish()
+        #expect(tail.map { if case .audio(_, let s, let b, let f) = $0 { "\(s):\(b.count):\(f)" } else { "" } } == ["2:0:true"])
+        #expect(p.finish().isEmpty)
+    }
+
+    @Test func samplesAreLittleEndian() {
+        #expect(AudioPacketizer.bytes([0x0102, -2]) == [0x02, 0x01, 0xFE, 0xFF])
+    }
+
+    @Test func commandsEncodeTheDocumentedShape() throws {
+        let json = IVHCommand.audio(reqID: "r1", seq: 3, pcm: [1, 2, 3, 4], isFinal: true).json(sessionID: "m1")
+        let root = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+        #expect(root["Header"] is [String: Any])
+        let p = try #require(root["Payload"] as? [String: Any])
+        #expect(p["Command"] as? String == "SEND_AUDIO")
+        #expect(p["SessionId"] as? String == "m1")
+        #expect(p["ReqId"] as? String == "r1")
+        let d = try #require(p["Data"] as? [String: Any])
+        #expect(d["Audio"] as? String == Data([1, 2, 3, 4]).base64EncodedString())
+        #expect(d["Seq"] as? Int == 3)
+        #expect(d["IsFinal"] as? Bool == true)
+        let hb = try #require(try JSONSerialization.jsonObject(with: Data(IVHCommand.heartbeat.json(sessionID: "m1").utf8)) as? [String: Any])
+        #expect(((hb["Payload"] as? [String: Any])?["Data"] as? [String: Any])?["Text"] as? String == "PING")
+        #expect(IVHCommand.audio(reqID: "r", seq: 1, pcm: [UInt8](repeating: 0, count: 6400), isFinal: false).audioDuration == .milliseconds(200))
+    }
+
+    @Test func pushesDecode() {
+        func wrap(_ payload: String) -> String { #"{"Header":{"Code":0},"Payload":"# + payload + "}" }
+        #expect(IVHPush.decode(wrap(#"{"Type":1,"Text":"hi","SessionId":"m"}"#)) == .inputText("hi"))
+        #expect(IVHPush.decode(wrap(#"{"Type":2,"Text":"<s>x</s>","TextDisplay":"x","SpeechId":4}"#)) == .speechText("x", speechID: 4))
+        #expect(IVHPush.decode(wrap(#"{"Type":3,"SpeakStatus":"speak_start","SpeechId":4}"#)) == .speakStatus("speak_start", speechID: 4))
+        #expect(IVHPush.decode(#"{"Type":3,"SpeakStatus":"speak_over"}"#) == .speakStatus("speak_over", speechID: nil))
+        #expect(IVHPush.decode(wrap(#"{"Type":5,"Text":"risky"}"#)) == .riskNotice("risky"))
+        #expect(IVHPush.decode(wrap(#"{"Type":7,"Text":"dropped"}"#)) == .discardedText("dropped"))
+        #expect(IVHPush.decode(#"{"Header":{"Code":110013,"Message":"closed"},"Payload":{}}"#) == .error(code: 110013, message: "closed"))
+        #expect(IVHPush.decode("not json") == nil)
+    }
+
+    @Test func errorCodesCarryTheirDocumentedMeaning() {
+        #expect(IVHError(.api(100008), "", operation: "newsession").description.contains("over quota"))
+        #expect(IVHError(.api(110006), "", operation: "closesession").description.contains("no such session"))
+        #expect(IVHError(.api(100005), "sig", operation: "x").description.contains("unauthorized"))
+        #expect(IVHError(.api(100008), "", operation: "newsession").stableCode == "ivh_100008")
+        #expect(IVHResultCode.meaning(424242).text == "unknown error code")
+    }
+
+    @Test func driverTypesParse() {
+        #expect(IVHDriverType(name: "text") == .text)
+        #expect(IVHDriverType(name: "2") == .audio)
+        #expect(IVHDriverType(name: "VOICE") == .voice)
+        #expect(IVHDriverType(name: "video") == nil)
+        #expect(!IVHDriverType.text.acceptsAudio)
+    }
+}
