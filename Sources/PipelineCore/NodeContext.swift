@@ -17,6 +17,8 @@ public struct NodeContext: Sendable {
     let outputs: [String: OutputPort]
     let shared: PipelineShared
     let counters: NodeCounters
+    private let defaultOutput: OutputPort
+    private let eventsOutput: OutputPort?
 
     init(id: String, config: NodeConfig, clock: any Clock<Duration>, logger: Logger,
          inputs: [String: InputPort], outputs: [String: OutputPort], shared: PipelineShared, counters: NodeCounters) {
@@ -28,6 +30,8 @@ public struct NodeContext: Sendable {
         self.outputs = outputs
         self.shared = shared
         self.counters = counters
+        self.defaultOutput = outputs["out"] ?? OutputPort(name: "out", targets: [])
+        self.eventsOutput = outputs["events"]
     }
 
     /// The input port `name` (an unconnected or undeclared port ends at once).
@@ -37,7 +41,8 @@ public struct NodeContext: Sendable {
 
     /// The output port `name` (an unconnected or undeclared port discards what it is sent).
     public func output(_ name: String = "out") -> OutputPort {
-        outputs[name] ?? OutputPort(name: name, targets: [])
+        if name == "out" { return defaultOutput }
+        return outputs[name] ?? OutputPort(name: name, targets: [])
     }
 
     /// Names of the inputs that have links.
@@ -45,7 +50,7 @@ public struct NodeContext: Sendable {
 
     /// Sends a frame on the default output `out`.
     public func send(_ frame: Frame) async throws {
-        try await output().send(frame)
+        try await defaultOutput.send(frame)
     }
 
     /// Seconds since the pipeline started (the `ts` of events).
@@ -61,7 +66,7 @@ public struct NodeContext: Sendable {
         if e.node.isEmpty { e.node = id }
         if e.ts == nil { e.ts = shared.elapsed }
         shared.bus.publish(e)
-        if let events = outputs["events"] { try await events.send(.event(e)) }
+        if let eventsOutput { try await eventsOutput.send(.event(e)) }
     }
 
     /// Emits an event with fields.

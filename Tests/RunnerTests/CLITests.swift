@@ -216,3 +216,28 @@ struct CustomNodePackageTests {
         #expect(nodes.stdout.contains("gain in dB"))
     }
 }
+
+@Suite("README")
+struct ReadmeTests {
+    @Test("the README's node table matches the registry (scripts/update-readme-nodes.sh regenerates it)")
+    func nodeTable() throws {
+        let readme = try String(contentsOf: packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        guard let begin = readme.range(of: "<!-- nodes:begin -->\n"), let end = readme.range(of: "<!-- nodes:end -->") else {
+            Issue.record("README.md has no node table markers")
+            return
+        }
+        let table = String(readme[begin.upperBound..<end.lowerBound])
+        let r = try voicepipe(["nodes", "--markdown"])
+        #expect(r.status == 0)
+        #expect(table == r.stdout, "README node table is stale: run scripts/update-readme-nodes.sh")
+    }
+
+    @Test("the README shows the two quick-start commands and CI runs the same test command")
+    func quickStart() throws {
+        let readme = try String(contentsOf: packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        #expect(readme.contains("scripts/quickstart.sh"))
+        #expect(readme.contains("scripts/test.sh"))
+        let ci = try String(contentsOf: packageRoot.appendingPathComponent(".ci/run"), encoding: .utf8)
+        #expect(ci.contains("scripts/test.sh"))
+    }
+}
