@@ -70,3 +70,27 @@ extension Array where Element == Event {
     /// Events named `name` (avatar tests).
     func events(_ name: String) -> [Event] { filter { $0.name == name } }
 }
+
+/// `script-audio`: a test source sending `count` frames of 20 ms of 16 kHz mono audio, the first
+/// marked speech start and the last marked as the last slice of its utterance.
+final class ScriptedAudioSource: Node {
+    let count: Int
+    init(count: Int) { self.count = count }
+
+    func run(_ context: NodeContext) async throws {
+        let format = AudioFormat(sampleRate: 16000, channels: 1)
+        for i in 0..<count {
+            var marks = FrameMarks()
+            marks.speechStart = i == 0
+            marks.slice = SliceInfo(voiceID: "v1", seq: i, isFirst: i == 0, isLast: i == count - 1)
+            let samples = [Int16](repeating: Int16(i), count: 320)
+            try await context.send(.audio(samples, format: format, sampleIndex: Int64(i * 320), marks: marks))
+        }
+    }
+
+    static func descriptor(count: Int) -> NodeDescriptor {
+        NodeDescriptor(type: "script-audio", summary: "test audio", family: "sources", inputs: [],
+                       outputs: [PortSpec("out", [.audio])], format: .fromParameters(rate: 16000, channels: 1),
+                       make: { _ in ScriptedAudioSource(count: count) })
+    }
+}

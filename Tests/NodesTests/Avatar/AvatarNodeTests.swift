@@ -1,0 +1,254 @@
+import Foundation
+import PipelineCore
+import Testing
+@testable import Nodes
+
+@Suite("avatar node against a local stream-service server")
+struct AvatarNodeTests {
+    @Test func audioIsPacketizedPacedAndTheSessionClosedOnce() async throws {
+        let server = IVHServer()
+        try await server.start()
+        let yaml = """
+        version: 1
+        name: avatar-audio-test
+        nodes:
+          tone: { type: tone-source, rate: 16000, channels: 1, frame_ms: 20, duration_ms: 1000, realtime: false }
+          \(IVHTest.avatarNode(server, "driver_type: voice, user_id: audio-test"))
+        links:
+          - tone -> avatar
+        """
+        let events = try await runGraph(yaml)
+        #expect(server.created.count == 1)
+        let id = try #require(server.created.first)
+        #expect(server.accepted("newsession") == 1)
+        #expect(server.accepted("startsession") == 1)
+        #expect(server.closes(id) == 1)
+        #expect(server.openChannels == 0)
+
+        let audio = server.commands.filter { $0.command == "SEND_AUDIO" }
+        #expect(audio.map { $0.audioBytes ?? -1 } == [6400, 6400, 6400, 6400, 6400, 0])
+        #expect(audio.map { $0.seq ?? -1 } == [1, 2, 3, 4, 5, 6])
+        #expect(audio.map { $0.isFinal ?? false } == [false, false, false, false, false, true])
+        #expect(audio.allSatisfy { $0.sessionID == id })
+        // Never faster than real time: each 200 ms packet at least ~200 ms after the previous one
+        // (a little slack for socket delivery jitter).
+        for (a, b) in zip(audio.dropLast(), audio.dropFirst().dropLast()) {
+            #expect(a.arrived.duration(to: b.arrived) >= .milliseconds(180), "packets \(a.seq ?? 0) and \(b.seq ?? 0) too close")
+        }
+        let sessions = events.events("avatar_session")
+        #expect(sessions.map { $0["state"]?.stringValue } == ["open", "closed"])
+        #expect(sessions.first?["session_id"]?.stringValue == id)
+        #expect(sessions.first?["play_url"]?.stringValue?.contains(id) == true)
+        // Credentials never appear in events.
+        let all = events.map { $0.jsonLine() }.joined()
+        #expect(!all.contains(server.options.accessToken) && !all.contains(server.options.appkey))
+        await server.stop()
+    }
+
+    @Test func textDrivesTheAvatarAndPushesBecomeEvents() async throws {
+        let server = IVHServer()
+        try await server.start()
+        let release = TestFlag()
+        let yaml = """
+        version: 1
+        name: avatar-text-test
+        nodes:
+          say: { type: script-text }
+          \(IVHTest.avatarNode(server, "driver_type: text"))
+        links:
+          - say -> avatar.text
+        """
+        let pipeline = try Pipeline(yaml: yaml, registry: IVHTest.registry(texts: ["hello there"], release: release))
+        let events = try await IVHTest.run(pipeline) { e in
+            if e.name == "avatar_status", e["status"]?.stringValue == "speak_over" { release.set() }
+        }
+        #expect(release.isSet)
+        let texts = server.commands.filter { $0.command == "SEND_TEXT" }
+        #expect(texts.map(\.text) == ["hello there"])
+        #expect(server.commands.allSatisfy { $0.command != "SEND_AUDIO" })
+        #expect(events.events("avatar_status").compactMap { $0["status"]?.stringValue } == ["speak_start", "speak_over"])
+        let avatarTexts = events.events("avatar_text").map { "\($0["kind"]?.stringValue ?? ""):\($0["text"]?.stringValue ?? "")" }
+        #expect(avatarTexts == ["input:hello there", "speech:echo: hello there"])
+        #expect(server.closes(try #require(server.created.first)) == 1)
+        await server.stop()
+    }
+
+    @Test func heartbeatsFollowTheInjectedClock() async throws {
+        let server = IVHServer()
+        try await server.start()
+        let release = TestFlag()
+        let clock = ManualClock()
+        let yaml = """
+        version: 1
+        name: avatar-heartbeat-test
+        nodes:
+          say: { type: script-text }
+          \(IVHTest.avatarNode(server, "driver_type: text, heartbeat_s: 30"))
+        links:
+          - say -> avatar.text
+        """
+        let pipeline = try Pipeline(yaml: yaml, registry: IVHTest.registry(release: release), clock: clock)
+        let run = Task { try await IVHTest.run(pipeline) }
+        #expect(await server.wait { server.connections == 1 && clock.sleepers >= 1 })
+        let heartbeats: @Sendable () -> Int = { server.commands.filter { $0.command == "SEND_HEARTBEAT" }.count }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(heartbeats() == 0)
+        clock.advance(by: .seconds(29))
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(heartbeats() == 0)
+        clock.advance(by: .seconds(1))
+        #expect(await server.wait { heartbeats() == 1 })
+        #expect(server.commands.first { $0.command == "SEND_HEARTBEAT" }?.text == "PING")
+        #expect(await server.wait { clock.sleepers >= 1 })
+        clock.advance(by: .seconds(30))
+        #expect(await server.wait { heartbeats() == 2 })
+        release.set()
+        _ = try await run.value
+        #expect(server.closes(try #require(server.created.first)) == 1)
+        await server.stop()
+    }
+
+    @Test func speechStartInterruptsAndSliceEndsTheUtterance() async throws {
+        let server = IVHServer()
+        try await server.start()
+        var registry = BuiltinNodes.registry()
+        registry.register(ScriptedAudioSource.descriptor(count: 16))
+        let yaml = """
+        version: 1
+        name: avatar-barge-in-test
+        nodes:
+          mic: { type: script-audio }
+          \(IVHTest.avatarNode(server, "driver_type: voice, barge_in: true"))
+        links:
+          - mic -> avatar
+        """
+        _ = try await runGraph(yaml, registry: registry)
+        let commands = server.commands
+        #expect(commands.first?.command == "SEND_TEXT")
+        #expect(commands.first?.text == "" && commands.first?.interrupt == true)
+        let audio = commands.filter { $0.command == "SEND_AUDIO" }
+        #expect(audio.map { $0.audioBytes ?? -1 } == [6400, 3840])
+        #expect(audio.map { $0.isFinal ?? false } == [false, true])
+        await server.stop()
+    }
+
+    @Test func anErrorCodeIsSurfacedClearly() async throws {
+        var options = IVHServer.Options()
+        options.failures = ["newsession": 100008]
+        let server = IVHServer(options)
+        try await server.start()
+        let yaml = """
+        version: 1
+        name: avatar-quota-test
+        nodes:
+          say: { type: script-text }
+          \(IVHTest.avatarNode(server, "driver_type: text"))
+        links:
+          - say -> avatar.text
+        """
+        let error = await #expect(throws: PipelineError.self) {
+            _ = try await runGraph(yaml, registry: IVHTest.registry(release: TestFlag()))
+        }
+        #expect(error?.node == "avatar")
+        #expect(error?.code == "ivh_100008")
+        #expect(error?.message.contains("over quota") == true)
+        #expect(error?.message.contains("100008") == true)
+        #expect(server.created.isEmpty)
+        await server.stop()
+    }
+
+    @Test func aSessionThatFailsToStartIsStillClosed() async throws {
+        var options = IVHServer.Options()
+        options.failures = ["startsession": 110014]
+        let server = IVHServer(options)
+        try await server.start()
+        let yaml = """
+        version: 1
+        name: avatar-start-failure-test
+        nodes:
+          say: { type: script-text }
+          \(IVHTest.avatarNode(server, "driver_type: text"))
+        links:
+          - say -> avatar.text
+        """
+        let error = await #expect(throws: PipelineError.self) {
+            _ = try await runGraph(yaml, registry: IVHTest.registry(release: TestFlag()))
+        }
+        #expect(error?.message.contains("not ready") == true)
+        let id = try #require(server.created.first)
+        #expect(server.closes(id) == 1)
+        #expect(server.openSessions.isEmpty)
+        await server.stop()
+    }
+
+    @Test func aPreparingSessionIsPolledUntilReady() async throws {
+        var options = IVHServer.Options()
+        options.initialStatus = 3
+        options.readyAfterPolls = 2
+        let server = IVHServer(options)
+        try await server.start()
+        let yaml = """
+        version: 1
+        name: avatar-preparing-test
+        nodes:
+          say: { type: script-text }
+          \(IVHTest.avatarNode(server, "driver_type: text, poll_ms: 100"))
+        links:
+          - say -> avatar.text
+        """
+        let release = TestFlag()
+        release.set()
+        let events = try await runGraph(yaml, registry: IVHTest.registry(release: release))
+        #expect(server.accepted("statsession") == 2)
+        #expect(server.accepted("startsession") == 1)
+        let open = events.events("avatar_session").first
+        #expect(open?["play_url"]?.stringValue?.isEmpty == false)
+        #expect(server.closes(try #require(server.created.first)) == 1)
+        await server.stop()
+    }
+
+    @Test func aDroppedChannelIsReopenedAndAudioResumes() async throws {
+        let server = IVHServer()
+        try await server.start()
+        let yaml = """
+        version: 1
+        name: avatar-drop-test
+        nodes:
+          tone: { type: tone-source, rate: 16000, channels: 1, frame_ms: 20, duration_ms: 2000, realtime: false }
+          \(IVHTest.avatarNode(server, "driver_type: voice"))
+        links:
+          - tone -> avatar
+        """
+        let pipeline = try Pipeline(yaml: yaml, registry: BuiltinNodes.registry())
+        let run = Task { try await IVHTest.run(pipeline) }
+        let audioCount: @Sendable () -> Int = { server.commands.filter { $0.command == "SEND_AUDIO" }.count }
+        #expect(await server.wait { audioCount() >= 3 })
+        server.dropChannels()
+        let events = try await run.value
+        #expect(server.connections == 2)
+        let audio = server.commands.filter { $0.command == "SEND_AUDIO" }
+        let seqs = audio.compactMap(\.seq)
+        #expect(seqs == seqs.sorted() && Set(seqs).count == seqs.count, "no packet sent twice: \(seqs)")
+        #expect(audio.count >= 10, "at most the packet in flight is lost: \(seqs)")
+        #expect(audio.last?.isFinal == true && audio.last?.connection == 2)
+        #expect(audio.contains { $0.connection == 2 && $0.audioBytes == 6400 })
+        let channel = events.events("avatar_channel").map { $0["state"]?.stringValue ?? "" }
+        #expect(channel == ["connected", "disconnected", "connected"])
+        #expect(pipeline.nodeStats.first { $0.id == "avatar" }?.counters["reconnects"] == 1)
+        #expect(server.closes(try #require(server.created.first)) == 1)
+        await server.stop()
+    }
+
+    @Test func validationRefusesAudioThatIsNot16kMono() throws {
+        let yaml = """
+        version: 1
+        name: avatar-format-test
+        nodes:
+          tone: { type: tone-source, rate: 8000, channels: 1, duration_ms: 100 }
+          avatar: { type: avatar, appkey: k, access_token: t }
+        links:
+          - tone -> avatar
+        """
+        #expect(throws: (any Error).self) { _ = try Pipeline(yaml: yaml, registry: BuiltinNodes.registry()) }
+    }
+}
