@@ -110,6 +110,7 @@ public struct JitterBuffer: Sendable {
     private var playPts: Int64 = 0             // pts due at the next tick
     private var offset: Int64 = 0              // play time of pts p is p + offset
     private var started = false
+    private var ticked = false
     private var outputPts: Int64 = 0
     private var transits: [Int64] = []
     private var transitIndex = 0
@@ -152,10 +153,15 @@ public struct JitterBuffer: Sendable {
                 return .duplicate
             }
             measure(pts: pts, arrival: arrival)
+            if pts < playPts - half && !ticked {
+                // Nothing played yet and an earlier packet shows up: start from it, one slot later.
+                offset += playPts - pts
+                playPts = pts
+            }
             if pts < playPts - half {
-                statistics.late += 1
                 consecutiveLate += 1
                 if consecutiveLate >= configuration.resyncAfterLate { restart(frame, arrival: arrival); return .resynchronized }
+                statistics.late += 1
                 return .late
             }
             consecutiveLate = 0
@@ -179,6 +185,7 @@ public struct JitterBuffer: Sendable {
     /// Call only after the buffer has started.
     public mutating func tick() -> Action {
         precondition(started, "tick() before the first packet")
+        ticked = true
         let desired = minTransit + targetDelayNanos
         // Grow the delay: play a gap now and keep the same packet for the next tick.
         if desired - offset >= configuration.frameNanos {
