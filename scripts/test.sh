@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, starts a private PulseAudio daemon (null sink, ALSA
-# routed through it), builds once and runs every test in one `swift test`, then stops the daemon.
+# routed through it), builds once and runs every test in one `swift test`, then stops the daemon
+# (only if this script started it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 swift build --build-tests
 # shellcheck source=scripts/pulse-env.sh
+pulse_dir="${VOICEPIPE_PULSE_DIR:-/tmp/voicepipe-pulse-$(id -u)}"
+started_pulse=1
+if [ -f "$pulse_dir/pid" ] && kill -0 "$(cat "$pulse_dir/pid")" 2>/dev/null; then started_pulse=0; fi
 source scripts/pulse-env.sh start
-trap 'scripts/pulse-env.sh stop >/dev/null 2>&1 || true' EXIT
-swift test --skip-build "$@"
+if [ $started_pulse = 1 ]; then trap 'scripts/pulse-env.sh stop >/dev/null 2>&1 || true' EXIT; fi
+# One test at a time: many tests run real devices, codecs, sockets and child processes in real
+# time, and on a 2-core machine running them all at once starves Swift's cooperative pool
+# (two threads) and turns timing checks into noise.
+swift test --skip-build --no-parallel "$@"

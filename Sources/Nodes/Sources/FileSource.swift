@@ -67,7 +67,7 @@ public actor FileSourceNode: Node {
                 data.withUnsafeBytes { header.encoding.decode($0, into: &decoded) }
                 pending += converter.convert(decoded)
                 while pending.count >= outFrame {
-                    try await emit(out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
+                    try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
                     pending.removeFirst(outFrame)
                 }
                 context.reportProgress(position: total - Double(remaining) / Double(header.format.bytesPerSecond * header.encoding.bytes / 2), total: total)
@@ -75,20 +75,23 @@ public actor FileSourceNode: Node {
         } while loop && !Task.isCancelled
         pending += converter.flush()
         while pending.count >= outFrame {
-            try await emit(out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
+            try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
             pending.removeFirst(outFrame)
         }
-        if !pending.isEmpty { try await emit(out: out, pacer: pacer, format: outFormat, pending) }   // the last, shorter frame
+        if !pending.isEmpty { try await emit(context: context, out: out, pacer: pacer, format: outFormat, pending) }   // the last, shorter frame
     }
 
     private var sampleIndex: Int64 = 0
 
-    private func emit(out: OutputPort, pacer: Pacer, format: AudioFormat, _ samples: [Int16]) async throws {
+    private func emit(context: NodeContext, out: OutputPort, pacer: Pacer, format: AudioFormat, _ samples: [Int16]) async throws {
         let frame = Frame.audio(samples, format: format, sampleIndex: sampleIndex)
         sampleIndex += Int64(samples.count / format.channels)
         if realtime {
             // Deliver each frame when its last sample would have been captured.
-            try await pacer.wait(until: .nanoseconds(MediaTime.nanos(samples: sampleIndex, rate: format.sampleRate)))
+            let due = Duration.nanoseconds(MediaTime.nanos(samples: sampleIndex, rate: format.sampleRate))
+            try await pacer.wait(until: due)
+            // A frame delivered more than a frame length after its due time is late (the process is overloaded).
+            if pacer.elapsed - due > .milliseconds(frameMs) { context.count("late_frames") }
         }
         try await out.send(frame)
     }
