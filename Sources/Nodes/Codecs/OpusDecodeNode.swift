@@ -9,11 +9,12 @@ import PipelineCore
 ///
 /// **Concealment.** Missing audio is never skipped: the decoder waits for the next packet, then
 /// rebuilds the frame just before it from that packet's in-band FEC (when the encoder sent FEC;
-/// libopus conceals otherwise) and conceals any earlier missing frames (PLC). Missing frames at end
+/// libopus conceals otherwise; `use_fec: false` skips FEC) and conceals any earlier missing frames (PLC). Missing frames at end
 /// of stream are concealed. Output is continuous, so `discontinuity` is cleared; counters
 /// `concealed` and `fec_recovered` (see `--stats`) count the rebuilt frames.
 public actor OpusDecodeNode: FrameProcessor {
     let format: AudioFormat
+    let useFEC: Bool
     private var decoder: OpusDecoderHandle?
     private var lost: [(samples: Int, marks: FrameMarks)] = []
     private var lastFrameSamples: Int
@@ -25,6 +26,7 @@ public actor OpusDecodeNode: FrameProcessor {
     init(config c: NodeConfig) {
         format = AudioFormat(sampleRate: c.int("rate", default: 48000), channels: c.int("channels", default: 1))
         lastFrameSamples = format.sampleRate / 50
+        useFEC = c.bool("use_fec", default: true)
     }
 
     public func process(_ frame: Frame, context: NodeContext) async throws {
@@ -58,7 +60,7 @@ public actor OpusDecodeNode: FrameProcessor {
             lost.removeAll()
             for (i, l) in pending.enumerated() {
                 var pcm: [Int16]
-                if i == pending.count - 1 {
+                if i == pending.count - 1 && useFEC {
                     pcm = try decoder!.decode(packet.payload, fec: true, frameSamples: l.samples)
                     context.count("fec_recovered")
                 } else {
@@ -120,6 +122,7 @@ public actor OpusDecodeNode: FrameProcessor {
         parameters: [
             ParamSpec("rate", .int(8000...48000), default: .int(48000), doc: "output sample rate: 8000, 12000, 16000, 24000 or 48000"),
             ParamSpec("channels", .int(1...2), default: .int(1), doc: "output channels"),
+            ParamSpec("use_fec", .bool, default: .bool(true), doc: "rebuild a lost packet from the next packet's FEC data (false: conceal only)"),
         ],
         format: FormatRule(output: { c, _ in
             AudioFormat(sampleRate: c.int("rate", default: 48000), channels: c.int("channels", default: 1))

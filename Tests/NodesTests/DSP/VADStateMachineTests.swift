@@ -1,0 +1,59 @@
+import PipelineCore
+import Testing
+@testable import Nodes
+
+@Suite("VADStateMachine")
+struct VADStateMachineTests {
+    /// Feeds 20 ms blocks (320 samples at 16 kHz) from a pattern of 1 (speech) and 0 (silence).
+    func run(_ pattern: String, start: Int64 = 3 * 320, stop: Int64 = 10 * 320, endOnSilence: Int64 = 0) -> [(Int, VADStateMachine.Action)] {
+        var m = VADStateMachine(startSamples: start, stopSamples: stop, endOnSilenceSamples: endOnSilence)
+        var out: [(Int, VADStateMachine.Action)] = []
+        for (i, c) in pattern.enumerated() {
+            for a in m.observe(speech: c == "1", from: Int64(i) * 320, to: Int64(i + 1) * 320) { out.append((i, a)) }
+        }
+        for a in m.finish() { out.append((pattern.count, a)) }
+        return out
+    }
+
+    @Test func opensAfterStartAndClosesAfterStop() {
+        let acts = run("0000" + "11111111" + "000000000000" + "0")
+        #expect(acts.count == 2)
+        #expect(acts[0].0 == 6)
+        #expect(acts[0].1 == .speechStart(onset: 4 * 320))
+        #expect(acts[1].1 == .speechEnd(end: 12 * 320))
+        #expect(acts[1].0 == 21)  // 10 blocks of silence after block 11
+    }
+
+    @Test func shortBurstsDoNotOpen() {
+        #expect(run("0110110110100").isEmpty)
+    }
+
+    @Test func shortPausesDoNotClose() {
+        let acts = run("1111" + "00000" + "1111" + "00000" + "11")
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 20 * 320)]
+        #expect(acts.map(\.1) == expected)
+        #expect(acts[1].0 == 20)  // closed by finish(), at end of input
+    }
+
+    @Test func endOnSilenceEndsTheStreamAfterSpeech() {
+        // No speech yet: silence never ends the stream.
+        #expect(run(String(repeating: "0", count: 50), endOnSilence: 5 * 320).isEmpty)
+        let acts = run("11111" + String(repeating: "0", count: 30), stop: 10 * 320, endOnSilence: 15 * 320)
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 5 * 320), .endOfStream]
+        #expect(acts.map(\.1) == expected)
+        #expect(acts[2].0 == 19)
+    }
+
+    @Test func endOnSilenceShorterThanStopClosesFirst() {
+        let acts = run("11111" + String(repeating: "0", count: 30), stop: 20 * 320, endOnSilence: 4 * 320)
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 5 * 320), .endOfStream]
+        #expect(acts.map(\.1) == expected)
+        #expect(acts[1].0 == 8 && acts[2].0 == 8)
+    }
+
+    @Test func secondUtteranceAfterClose() {
+        let acts = run("1111" + String(repeating: "0", count: 12) + "1111" + "0")
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 4 * 320), .speechStart(onset: 16 * 320), .speechEnd(end: 20 * 320)]
+        #expect(acts.map(\.1) == expected)
+    }
+}
