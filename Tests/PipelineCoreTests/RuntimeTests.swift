@@ -58,8 +58,14 @@ struct RuntimeTests {
             links: [ "src -> bad -> sink" ]
             """, registry: registry, environment: [:])
         let events = p.events()
-        await #expect(throws: PipelineError.self) { try await p.run() }
-        do { try await p.run() } catch let e as PipelineError { _ = e }
+        do {
+            try await p.run()
+            Issue.record("the pipeline should have failed")
+        } catch let e as PipelineError {
+            #expect(e.node == "bad")
+            #expect(e.code == "flaky")
+            #expect(e.description.contains("node 'bad' failed"))
+        }
         var errorEvent: Event?
         for await e in events where e.name == "error" { errorEvent = e }
         #expect(errorEvent?.node == "bad")
@@ -121,6 +127,45 @@ struct RuntimeTests {
         #expect(got.map { $0.audio!.samples[0] } == (0..<30).map { Int16($0) })
         #expect(got.last?.pts == MediaTime.nanos(samples: 29 * 160, rate: 16000))
         #expect(mic.dropped == 0)
+    }
+
+    @Test("a failure inside a fused chain is attributed to the node that threw")
+    func fusedFailure() async throws {
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 100 }
+              a: { type: pass }
+              b: { type: pass }
+              bad: { type: flaky, failures: 1, after: 5 }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links: [ "src -> a -> b -> bad -> sink" ]
+            """, registry: registry, environment: [:])
+        // a -> b and b -> bad are fused into a's task; the error must still name 'bad'.
+        #expect(p.edgeStats.contains { $0.label.contains("(fused)") })
+        do {
+            try await p.run()
+            Issue.record("the pipeline should have failed")
+        } catch let e as PipelineError {
+            #expect(e.node == "bad")
+        }
+    }
+
+    @Test("fused and unfused chains deliver the same frames")
+    func fusionPreservesFrames() async throws {
+        let key = uniqueKey()
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 300 }
+              a: { type: pass }
+              b: { type: pass }
+              c: { type: pass }
+              sink: { type: collect, key: \(key) }
+            links: [ "src -> a -> b -> c -> sink" ]
+            """, registry: registry, environment: [:])
+        try await p.run()
+        #expect(board.recorder(key).values == (0..<300).map { Int16($0) })
+        #expect(p.edgeStats.filter { $0.label.contains("(fused)") }.count == 2)
+        #expect(p.edgeStats.allSatisfy { $0.sent == 300 && $0.dropped == 0 })
     }
 
     @Test("a factory failure names the node")
