@@ -7,7 +7,9 @@
 #   scripts/pulse-env.sh status
 #
 # The daemon has one null sink, `vp_null`, which is the default sink; its monitor `vp_null.monitor`
-# is the default source, so what is played can be recorded back. ALSA's `default` PCM and CTL are
+# is the default source, so what is played can be recorded back. A low-latency stream of
+# silence keeps the sink rendering in small steps, so its monitor behaves like a live microphone
+# (an idle null sink sleeps up to seconds at a time, and a recorder that connects then waits). ALSA's `default` PCM and CTL are
 # routed through the daemon (libasound2-plugins), so alsa-source/alsa-sink reach the same sink.
 # State lives in VOICEPIPE_PULSE_DIR (default /tmp/voicepipe-pulse-$UID).
 
@@ -71,6 +73,9 @@ ALSA
                 kill "$(cat "$dir/pid")" 2>/dev/null
                 return 1
             fi
+            ( PULSE_SERVER="unix:$dir/runtime/native" exec pacat --playback --raw --format=s16le --rate=16000 --channels=1 \
+                  --latency-msec=10 --client-name=voicepipe-keepalive -d vp_null </dev/zero >/dev/null 2>&1 ) &
+            echo $! > "$dir/keepalive.pid"
         fi
         export PULSE_SERVER="unix:$dir/runtime/native"
         export PULSE_RUNTIME_PATH="$dir/runtime"
@@ -79,6 +84,10 @@ ALSA
         echo "pulse-env: PulseAudio running (pid $(cat "$dir/pid")), PULSE_SERVER=$PULSE_SERVER, ALSA_CONFIG_PATH=$ALSA_CONFIG_PATH" >&2
         ;;
     stop)
+        if [ -f "$dir/keepalive.pid" ]; then
+            kill "$(cat "$dir/keepalive.pid")" 2>/dev/null
+            rm -f "$dir/keepalive.pid"
+        fi
         if [ -f "$dir/pid" ]; then
             local pid; pid="$(cat "$dir/pid")"
             kill "$pid" 2>/dev/null

@@ -111,9 +111,9 @@ final class PulseCapture: CaptureBackend {
 
 /// PulseAudio playback (`pulse-sink`).
 ///
-/// `pa_simple` does not report underruns either, so they are detected from the clock: the stream
-/// has been fed until `playedBy`; a write that comes later than that (plus the prebuffer margin)
-/// found the server buffer empty.
+/// `pa_simple` does not report underruns either, so they are detected from the clock: after each
+/// write the stream's latency says until when the server has audio (`playedBy`); a write that
+/// comes later than that found the buffer empty.
 final class PulsePlayback: PlaybackBackend {
     let stream: PulseSimpleStream
     let format: AudioFormat
@@ -125,16 +125,13 @@ final class PulsePlayback: PlaybackBackend {
     }
 
     func write(_ samples: [Int16]) throws -> Int {
-        let now = ContinuousClock.now
         var underruns = 0
-        // The server starts a stream once `prebuf` (= the target length) is buffered, so it runs
-        // that far behind the writes: it has starved once a write comes later than that margin.
-        if let playedBy, now > playedBy + .milliseconds(max(stream.spec.latencyMs, 20)) { underruns = 1 }
+        if let playedBy, ContinuousClock.now > playedBy + .milliseconds(20) { underruns = 1 }
         var err: Int32 = 0
         let rc = samples.withUnsafeBytes { pa_simple_write(stream.handle, $0.baseAddress, $0.count, &err) }
         if rc < 0 { throw PulseSimpleStream.error(stream.spec, err, doing: "write") }
-        let duration = Duration.nanoseconds(Int64(samples.count / format.channels) * 1_000_000_000 / Int64(format.sampleRate))
-        playedBy = max(playedBy ?? now, now) + duration
+        let latency = pa_simple_get_latency(stream.handle, &err)
+        playedBy = latency == UInt64.max ? nil : ContinuousClock.now + .microseconds(Int64(latency))
         return underruns
     }
 
