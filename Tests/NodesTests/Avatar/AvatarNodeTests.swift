@@ -252,3 +252,30 @@ struct AvatarNodeTests {
         #expect(throws: (any Error).self) { _ = try Pipeline(yaml: yaml, registry: BuiltinNodes.registry()) }
     }
 }
+
+@Suite("avatar example pipelines")
+struct AvatarPipelineTests {
+    @Test func avatarAudioRunsWithAToneInsteadOfTheMicrophone() async throws {
+        let server = IVHServer()
+        try await server.start()
+        let path = IVHTest.packageRoot.appendingPathComponent("pipelines/avatar-audio.yaml").path
+        let sets = ["mic.type=tone-source", "mic.duration_ms=1500", "mic.realtime=false", "mic.level_db=-10",
+                    "avatar.base_url=\(server.baseURL)", "avatar.appkey=\(server.options.appkey)",
+                    "avatar.access_token=\(server.options.accessToken)", "out.path=\(temporaryPath("events.jsonl"))"]
+        let pipeline = try Pipeline(path: path, registry: BuiltinNodes.registry(), overrides: sets.map { try Override(parsing: $0) })
+        let events = try await IVHTest.run(pipeline)
+        let id = try #require(server.created.first)
+        #expect(server.closes(id) == 1)
+        #expect(events.events("avatar_session").count == 2)
+        let audio = server.commands.filter { $0.command == "SEND_AUDIO" }
+        #expect(audio.allSatisfy { ($0.audioBytes ?? 0) <= 6400 })
+        if let last = audio.last { #expect(last.isFinal == true) }
+        await server.stop()
+    }
+
+    @Test func avatarTextValidates() throws {
+        let path = IVHTest.packageRoot.appendingPathComponent("pipelines/avatar-text.yaml").path
+        let graph = try GraphValidator.load(path: path, registry: BuiltinNodes.registry())
+        #expect(graph.links.contains { $0.fromNode == "asr" && $0.fromPort == "text" && $0.toNode == "avatar" && $0.toPort == "text" })
+    }
+}
