@@ -105,9 +105,14 @@ actor ASRFeed {
             if audio.format != format {
                 if converter?.input != audio.format {
                     context.logger.warning("asr: converting \(audio.format) to \(format); put a resample node before asr to choose the quality")
-                    converter = try? AudioConverter(from: audio.format, to: format, quality: 5)
+                    do {
+                        converter = try AudioConverter(from: audio.format, to: format, quality: 5)
+                    } catch {
+                        converter = nil
+                        context.logger.error("asr: cannot convert \(audio.format) to \(format) (\(error)); such frames are dropped and counted as unconvertible_frames")
+                    }
                 }
-                guard let converter else { continue }
+                guard let converter else { context.count("unconvertible_frames"); continue }
                 samples = converter.convert(samples)
             }
             pending = segmenter.push(ASRAudio(samples: samples, format: format, pts: frame.pts, marks: frame.marks))
