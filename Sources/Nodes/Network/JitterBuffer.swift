@@ -8,8 +8,9 @@ import PipelineCore
 /// the packet whose pts is `p` at local time `p + offset`. The offset follows
 /// `minimum transit + target`, where the transit of a packet is `arrival - pts` (the minimum over
 /// the last ``Configuration/transitWindow`` packets tracks the fastest path and clock drift), and the
-/// target delay is `jitterFactor` × the RFC 3550 interarrival jitter estimate (A.8), clamped to
-/// `min...max`. When the target grows by a frame, one concealment frame is inserted (the stream
+/// target delay is `jitterFactor` × the RFC 3550 interarrival jitter estimate (A.8) plus a late
+/// penalty (one frame per packet that came too late, decaying with a half-life of ~140 packets),
+/// clamped to `min...max`. When the target grows by a frame, one concealment frame is inserted (the stream
 /// stretches); when the offset exceeds the target by ``Configuration/shrinkThreshold``, one frame is
 /// skipped, preferring a missing one.
 ///
@@ -117,6 +118,7 @@ public struct JitterBuffer: Sendable {
     private var lastTransit: Int64?
     private var played: [Int64] = []           // recently played pts, for duplicate detection
     private var consecutiveLate = 0
+    private var latePenaltyNanos: Double = 0   // + one frame per late packet, decaying (half-life ~140 packets)
 
     /// A buffer with nothing in it; playout starts with the first packet.
     public init(configuration: Configuration) {
@@ -134,7 +136,7 @@ public struct JitterBuffer: Sendable {
 
     /// Current target delay beyond the fastest transit, ns.
     public var targetDelayNanos: Int64 {
-        let t = Int64(configuration.jitterFactor * jitterNanos)
+        let t = Int64(configuration.jitterFactor * jitterNanos + latePenaltyNanos)
         return min(max(t, configuration.minDelayNanos), configuration.maxDelayNanos)
     }
 
@@ -162,6 +164,7 @@ public struct JitterBuffer: Sendable {
                 consecutiveLate += 1
                 if consecutiveLate >= configuration.resyncAfterLate { restart(frame, arrival: arrival); return .resynchronized }
                 statistics.late += 1
+                latePenaltyNanos = min(latePenaltyNanos + Double(configuration.frameNanos), Double(configuration.maxDelayNanos))
                 return .late
             }
             consecutiveLate = 0
@@ -247,6 +250,7 @@ public struct JitterBuffer: Sendable {
 
     private mutating func measure(pts: Int64, arrival: Int64) {
         let transit = arrival - pts
+        latePenaltyNanos *= 0.995
         if let last = lastTransit {
             let d = Double(abs(transit - last))
             jitterNanos += (d - jitterNanos) / 16

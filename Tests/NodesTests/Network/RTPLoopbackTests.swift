@@ -50,10 +50,19 @@ struct RTPLeg {
           - jb -> tap
         """
         let pipeline = try Pipeline(yaml: yaml, registry: RTPTapNode.registry(log))
-        let events = try await RTPTest.run(pipeline, seconds: seconds + 0.8) { e in
+        // Stop the relay first, so that everything it forwarded reached the receiver; then the graph.
+        let reportBox = RTPTestBox<RTPRelayReport>()
+        let stopper = Task {
+            try await Task.sleep(for: .milliseconds(Int(seconds * 1000) + 600))
+            reportBox.set(relay.stop())
+            try await Task.sleep(for: .milliseconds(200))
+            pipeline.stop()
+        }
+        let events = try await RTPTest.run(pipeline, seconds: seconds + 30) { e in
             if e.name == "rtp_listening", let p = e["port"]?.intValue { relay.setTarget(Int(p)) }
         }
-        let report = relay.stop()
+        try await stopper.value
+        let report = try #require(reportBox.current)
         let (_, samples) = try readWAV(output)
         return RTPLeg(sent: signal, received: samples, events: events, relay: report,
                       buffered: log.all.map(\.frame).filter { $0.encoded != nil })
@@ -104,8 +113,12 @@ struct RTPLoopbackTests {
         #expect(expected.reordered > 10)                           // ±40 ms on 20 ms packets reorders a lot
         let jb = try #require(leg.jitterStats)
         #expect(jb.rtpInt("target_ms") > 60, "target \(jb.rtpInt("target_ms")) ms")
-        // After the first second of adaptation, misses are isolated.
-        #expect(leg.longestConcealRun(skip: 50) <= 2)
+        // After the first second of adaptation, misses (late packets, and one stretch frame per
+        // step up of the delay) stay short and rare.
+        let end = (leg.buffered.lastIndex { $0.encoded?.payload.isEmpty == false } ?? 0) + 1
+        let misses = leg.buffered[50..<end].indices.filter { leg.buffered[$0].encoded?.payload.isEmpty == true }
+        #expect(leg.longestConcealRun(skip: 50) <= 4, "missing at \(misses) of \(end)")
+        #expect(misses.count * 20 < end - 50, "missing at \(misses) of \(end)")
         #expect(jb.rtpInt("late") < 20, "late \(jb.rtpInt("late"))")
         #expect(zip(leg.buffered, leg.buffered.dropFirst()).allSatisfy { $1.pts - $0.pts == 20_000_000 })
         let m = RTPTest.match(sent: leg.sent, received: leg.received)

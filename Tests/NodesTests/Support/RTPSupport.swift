@@ -34,6 +34,7 @@ struct RTPRelayReport: Sendable {
     var forwarded: [UInt16] = []     // sequence numbers in sending order, copies included
     var dropped: [UInt16] = []
     var received = 0
+    var sendFailures = 0
 
     /// Statistics a receiver computes from exactly this output (loopback keeps the order).
     var expected: RTPReceptionStatistics {
@@ -103,9 +104,12 @@ final class UDPRelay: Sendable {
                 pending.sort { $0.at < $1.at }
                 while let first = pending.first, first.at <= t {
                     pending.removeFirst()
-                    socket.send(first.bytes, to: address)
                     let seq = UInt16(first.bytes[2]) << 8 | UInt16(first.bytes[3])
-                    state.withLock { $0.report.forwarded.append(seq) }
+                    if socket.send(first.bytes, to: address) == 0 {
+                        state.withLock { $0.report.forwarded.append(seq) }
+                    } else {
+                        state.withLock { $0.report.sendFailures += 1 }
+                    }
                 }
             }
             let wait = pending.first.map { $0.at > t ? Int32(min(($0.at - t) / 1_000_000 + 1, 5)) : 0 } ?? 5
@@ -255,10 +259,11 @@ struct RTPTestProcess {
     let stderr: PipeReader
 
     /// Starts `tool` with `arguments` (stdout discarded).
-    static func start(_ tool: String, _ arguments: [String]) throws -> RTPTestProcess {
+    static func start(_ tool: String, _ arguments: [String], environment: [String: String] = [:]) throws -> RTPTestProcess {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = [tool] + arguments
+        p.executableURL = URL(fileURLWithPath: tool.hasPrefix("/") ? tool : "/usr/bin/env")
+        p.arguments = tool.hasPrefix("/") ? arguments : [tool] + arguments
+        if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         p.standardOutput = FileHandle.nullDevice
         let err = Pipe()
         p.standardError = err
