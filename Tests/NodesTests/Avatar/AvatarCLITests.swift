@@ -12,8 +12,8 @@ struct AvatarCLITests {
             throw TestCAError(message: "\(binary) not built; run swift build first")
         }
         let out = temporaryPath("stdout.txt"), err = temporaryPath("stderr.txt")
-        FileManager.default.createFile(atPath: out, contents: nil)
-        FileManager.default.createFile(atPath: err, contents: nil)
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
+        _ = FileManager.default.createFile(atPath: err, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: binary)
         p.arguments = args
