@@ -30,6 +30,8 @@ public struct TencentASRConfiguration: Sendable {
     public var chunkMs: Int
     /// How long to wait for the server's `final: 1` after `{"type": "end"}`.
     public var finalTimeout: Duration
+    /// How long to wait for the server's answer (`code` 0 or an error) after connecting.
+    public var handshakeTimeout: Duration
 
     /// Query parameters the client sets itself; `params:` may not override them.
     public static let reservedParameters: Set<String> = ["secretid", "timestamp", "expired", "nonce", "voice_id", "voice_format", "signature"]
@@ -38,7 +40,7 @@ public struct TencentASRConfiguration: Sendable {
     public init(appID: String, secretID: String, secretKey: String, endpoint: TencentEndpoint = .default,
                 engineModelType: String = "16k_zh", extraParameters: [String: String] = [:], caFile: String? = nil,
                 reconnect: TencentReconnectPolicy = TencentReconnectPolicy(), maxHeldMs: Int = 30_000, chunkMs: Int = 40,
-                finalTimeout: Duration = .seconds(15)) {
+                finalTimeout: Duration = .seconds(15), handshakeTimeout: Duration = .seconds(10)) {
         self.appID = appID
         self.secretID = secretID
         self.secretKey = secretKey
@@ -50,6 +52,7 @@ public struct TencentASRConfiguration: Sendable {
         self.maxHeldMs = maxHeldMs
         self.chunkMs = chunkMs
         self.finalTimeout = finalTimeout
+        self.handshakeTimeout = handshakeTimeout
     }
 
     /// Reads the node's parameters, with credentials defaulting to the environment.

@@ -195,10 +195,11 @@ actor TencentASRSession {
         }
         do {
             try await WebSocketClient.connect(
-                url: request.url, configuration: .init(maxFrameSize: 1 << 20), tlsConfiguration: tls, logger: logger
+                url: request.url, configuration: .init(maxFrameSize: 1 << 20, closeTimeout: .seconds(2)), tlsConfiguration: tls, logger: logger
             ) { inbound, outbound, _ in
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { try await self.sendLoop(outbound, acceptedBell: acceptedBell) }
+                    group.addTask { try await self.handshakeWatchdog(outbound) }
                     do {
                         for try await message in inbound.messages(maxSize: 1 << 20) {
                             guard case .text(let text) = message else { continue }
@@ -242,6 +243,14 @@ actor TencentASRSession {
             return true
         }
         return false
+    }
+
+    /// Closes a connection whose server never answers the handshake.
+    private func handshakeWatchdog(_ outbound: WebSocketOutboundWriter) async throws {
+        try await clock.sleep(for: config.handshakeTimeout)
+        guard !accepted else { return }
+        outcome = .closed("no answer to the handshake within \(config.handshakeTimeout)")
+        try? await outbound.close(.goingAway, reason: "handshake timeout")
     }
 
     private func sendLoop(_ outbound: WebSocketOutboundWriter, acceptedBell: TencentDoorbell) async throws {
