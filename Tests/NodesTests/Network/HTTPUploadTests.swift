@@ -61,7 +61,8 @@ struct HTTPUploadTests {
             links:
               - src -> up
             """, registry: registry)
-        let requests = server.requests
+        // Uploads overlap, so they may reach the server in any order.
+        let requests = server.requests.sorted { ($0.header("X-Voicepipe-Voice-Id") ?? "") < ($1.header("X-Voicepipe-Voice-Id") ?? "") }
         #expect(requests.count == 3)
         #expect(requests.map { $0.header("X-Voicepipe-Voice-Id") } == ["u0", "u1", "u2"])
         #expect(requests.allSatisfy { $0.body.count == MarkedSource.framesPerUtterance * 320 * 2 })
