@@ -56,11 +56,9 @@ public final class SpeechDetector {
         state = s
         var on: Int32 = 1, off: Int32 = 0
         _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_DENOISE, &on)
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_VAD, &on)
+        // SPEEX_PREPROCESS_SET_VAD is not used: its yes/no decision is a crude threshold (speexdsp
+        // says so on stderr); the speech probability below is computed with denoise alone.
         _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_AGC, &off)
-        var start: Int32 = 60, cont: Int32 = 40
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_PROB_START, &start)
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_PROB_CONTINUE, &cont)
     }
 
     deinit { speex_preprocess_state_destroy(state) }
@@ -97,13 +95,13 @@ public final class SpeechDetector {
         for v in block { let d = Double(v); sum += d * d }
         let db = LevelMeter.dbfs(rms: (sum / Double(blockSamples)).squareRoot())
         let noise = floor.update(db)
-        let vad = block.withUnsafeMutableBufferPointer { speex_preprocess_run(state, $0.baseAddress) }
+        _ = block.withUnsafeMutableBufferPointer { speex_preprocess_run(state, $0.baseAddress) }
         var prob: Int32 = 0
         _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_GET_PROB, &prob)
         last = (db, noise, prob)
         let t = thresholds
         guard db > t.absoluteFloorDB, db > noise + t.marginDB else { return false }
-        return vad != 0 || prob >= t.probability || db > noise + t.strongMarginDB
+        return prob >= t.probability || db > noise + t.strongMarginDB
     }
 }
 
