@@ -20,7 +20,7 @@ final class PulseSimpleStream {
         var attr = pa_buffer_attr(maxlength: UInt32.max, tlength: UInt32.max, prebuf: UInt32.max, minreq: UInt32.max, fragsize: UInt32.max)
         if direction == PA_STREAM_RECORD {
             attr.fragsize = period
-            attr.maxlength = max(latency, period * 2)
+            attr.maxlength = max(latency, period * 2) * 4
         } else {
             attr.tlength = max(latency, period * 2)
         }
@@ -33,8 +33,9 @@ final class PulseSimpleStream {
 
     deinit { pa_simple_free(handle) }
 
-    /// Server-side buffer length the stream was asked for, in milliseconds (record: maxlength).
-    var bufferMs: Int { max(spec.latencyMs, 10, spec.periodFrames * 2000 / max(spec.format.sampleRate, 1)) }
+    /// Server-side buffer length the stream was asked for, in milliseconds (record: maxlength,
+    /// four times the latency so scheduling hiccups of the device thread lose nothing).
+    var bufferMs: Int { 4 * max(spec.latencyMs, 10, spec.periodFrames * 2000 / max(spec.format.sampleRate, 1)) }
 
     /// A `NodeError` for a PulseAudio error code, naming backend, device and server.
     static func error(_ spec: AudioStreamSpec, _ code: Int32, doing what: String) -> NodeError {

@@ -7,8 +7,8 @@ import Testing
 /// a chirp played on a null sink must come back from its monitor, recognizably.
 @Suite("AudioCapture", .enabled(if: AudioTestEnv.enabled), .timeLimit(.minutes(1)))
 struct AudioCaptureTests {
-    /// Measured coefficients are 0.99+ for both backends (the server resamples 16 kHz → 48 kHz
-    /// stereo → 16 kHz); an unrelated chirp scores below 0.3.
+    /// The bound leaves room for the server's resampling (16 kHz → 48 kHz stereo → 16 kHz); each
+    /// test also checks that an unrelated (falling) chirp stays below 0.5, so the check can fail.
     static let matchBound = 0.9
 
     /// Plays a chirp on a private sink while `type` records its monitor; returns the recording.
