@@ -22,6 +22,7 @@ struct DSPRealAudioTests {
         ])
         let starts = events.filter { $0.name == "speech_start" }.compactMap { $0["media_ms"]?.intValue }
         let ends = events.filter { $0.name == "speech_end" }.compactMap { $0["media_ms"]?.intValue }
+        print("vad snr=\(snr.map { "\($0) dB" } ?? "clean"): starts \(starts) ends \(ends), truth \(truth)")
         #expect(starts.count == 3 && ends.count == 3, "starts \(starts) ends \(ends), truth \(truth)")
         for (i, t) in truth.enumerated() where i < starts.count && i < ends.count {
             #expect(abs(Int(starts[i]) - t.startMs) <= 150, "start \(starts[i]) vs \(t.startMs)")
