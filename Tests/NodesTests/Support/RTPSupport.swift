@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import PipelineCore
 import Synchronization
 @testable import Nodes
@@ -275,14 +278,17 @@ struct RTPTestProcess {
     func wait(timeout: Duration = .seconds(30)) async -> (status: Int32, error: String) {
         let deadline = ContinuousClock.now + timeout
         while process.isRunning {
-            if ContinuousClock.now > deadline { process.terminate() }
+            if ContinuousClock.now > deadline { kill() }
             try? await Task.sleep(for: .milliseconds(20))
         }
         return (process.terminationStatus, String(decoding: stderr.wait(), as: UTF8.self))
     }
 
-    /// SIGINT (gst-launch -e turns it into end of stream, so files are finalized).
+    /// SIGINT (voicepipe drains and finalizes its files).
     func interrupt() { if process.isRunning { process.interrupt() } }
+
+    /// SIGKILL (cannot be blocked or ignored).
+    func kill() { if process.isRunning { _ = Glibc.kill(process.processIdentifier, SIGKILL) } }
 }
 
 extension RTPTest {
