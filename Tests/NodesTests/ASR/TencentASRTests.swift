@@ -241,3 +241,61 @@ struct TencentASRServerTests {
         #expect(server.connections.count == 1)
     }
 }
+
+@Suite("Tencent ASR through the asr node")
+struct TencentASRNodeTests {
+    @Test func theAsrNodeReportsTencentResultsAsEvents() async throws {
+        let server = try await TencentASRServer.start(.init(secretKey: TencentTestKeys.secretKey, utteranceMs: 400))
+        defer { Task { await server.shutdown() } }
+        let events = try await runGraph("""
+            version: 1
+            name: tencent
+            nodes:
+              tone: { type: tone-source, duration_ms: 1000, realtime: false }
+              asr:
+                type: asr
+                engine: tencent
+                app_id: "${TENCENTCLOUD_APPID}"
+                secret_id: "${TENCENTCLOUD_SECRET_ID}"
+                secret_key: "${TENCENTCLOUD_SECRET_KEY}"
+                endpoint: "ws://127.0.0.1:\(server.port)"
+                params: { vad_silence_time: 600 }
+            links:
+              - tone -> asr
+            """, environment: ["TENCENTCLOUD_APPID": "1259228442", "TENCENTCLOUD_SECRET_ID": TencentTestKeys.secretID,
+                              "TENCENTCLOUD_SECRET_KEY": TencentTestKeys.secretKey])
+        let c = server.connections
+        #expect(c.count == 1 && c.first?.signatureValid == true)
+        #expect(c.first?.query["vad_silence_time"] == "600")
+        #expect(c.first?.paceViolations == 0)
+        let finals = events.filter { $0.name == "transcript" && $0["final"] == .bool(true) }
+        #expect(finals.count == 3)
+        #expect(finals.map { $0["seq"] } == [.int(0), .int(1), .int(2)])
+        #expect(finals.map { $0["start_ms"] } == [.int(0), .int(400), .int(800)])
+        #expect(events.filter { $0.name == "utterance_start" }.count == 3)
+        #expect(events.filter { $0.name == "utterance_end" }.count == 3)
+        #expect(events.contains { $0.name == "finished" })
+        #expect(!events.contains { $0.name == "error" })
+        let lines = events.map { $0.jsonLine() }.joined()
+        #expect(!lines.contains(TencentTestKeys.secretID) && !lines.contains(TencentTestKeys.secretKey))
+    }
+
+    @Test(.enabled(if: haveTool("flite") && haveTool("sox")))
+    func theShippedPipelineRunsAgainstALocalEndpoint() async throws {
+        let speech = try Speech.wav(["hello world"], voice: "slt", leadS: 0.3, gapS: 0.8)
+        let server = try await TencentASRServer.start(.init(secretKey: TencentTestKeys.secretKey, utteranceMs: 300))
+        defer { Task { await server.shutdown() } }
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../pipelines/recognizer-tencent.yaml").standardized
+        let yaml = try String(contentsOf: url, encoding: .utf8)
+        let env = ["TENCENTCLOUD_APPID": "1259228442", "TENCENTCLOUD_SECRET_ID": TencentTestKeys.secretID,
+                   "TENCENTCLOUD_SECRET_KEY": TencentTestKeys.secretKey, "TENCENT_ENDPOINT": "ws://127.0.0.1:\(server.port)",
+                   "SOURCE": "file-source"]
+        let events = try await runGraph(yaml, overrides: [try Override(parsing: "mic.path=\(speech)"), try Override(parsing: "mic.realtime=true"),
+                                                          try Override(parsing: "out.path=\(temporaryPath("events.jsonl"))")],
+                                        environment: env)
+        #expect(server.connections.first?.signatureValid == true)
+        #expect(server.connections.first?.endReceived == true)
+        #expect(events.contains { $0.name == "transcript" && $0["final"] == .bool(true) })
+        #expect(events.contains { $0.name == "finished" })
+    }
+}
