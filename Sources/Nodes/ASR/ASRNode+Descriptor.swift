@@ -26,10 +26,10 @@ extension ASRNode {
         ParamSpec("secret_key", .string, secret: true, doc: "tencent: SecretKey (default: $TENCENTCLOUD_SECRET_KEY)"),
         ParamSpec("endpoint", .string, doc: "tencent: base URL (default wss://asr.cloud.tencent.com), e.g. ws://127.0.0.1:9001 for a private deployment"),
         ParamSpec("engine_model_type", .string, doc: "tencent: engine model (default 16k_zh)"),
-        ParamSpec("params", .stringMap, doc: "tencent: extra query parameters (needvad, voice_format, hotword_id, ...)"),
+        ParamSpec("params", .stringMap, doc: "tencent: extra query parameters (needvad, vad_silence_time, hotword_id, filter_punc, ...)"),
         ParamSpec("ca_file", .string, doc: "tencent: PEM file of CA certificates to trust instead of the system's"),
-        ParamSpec("hold_ms", .int(0...600_000), doc: "tencent: audio held while reconnecting (default 10000); older audio is dropped and counted"),
-        ParamSpec("reconnect_attempts", .int(0...1000), doc: "tencent: reconnections tried after a dropped connection before giving up (default 5)"),
+        ParamSpec("hold_ms", .int(0...600_000), doc: "tencent: audio held while reconnecting and not yet recognized (default 30000); older audio is dropped and counted"),
+        ParamSpec("reconnect_attempts", .int(0...1000), doc: "tencent: consecutive reconnection attempts after a dropped connection before giving up (default 6)"),
     ]
 
     /// Registry entry.

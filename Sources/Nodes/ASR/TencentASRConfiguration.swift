@@ -84,7 +84,9 @@ public struct TencentASRConfiguration: Sendable {
         }
         self.init(appID: app, secretID: sid, secretKey: skey, endpoint: endpoint,
                   engineModelType: config.string("engine_model_type") ?? "16k_zh",
-                  extraParameters: config.stringMap("params"), caFile: config.string("ca_file"))
+                  extraParameters: config.stringMap("params"), caFile: config.string("ca_file"),
+                  reconnect: TencentReconnectPolicy(maxAttempts: max(1, config.int("reconnect_attempts", default: 6))),
+                  maxHeldMs: config.int("hold_ms", default: 30_000))
     }
 
     /// Problems found in the node's parameters without opening anything (credentials are only
