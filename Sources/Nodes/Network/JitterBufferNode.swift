@@ -6,8 +6,10 @@ import PipelineCore
 /// Input: encoded `opus` frames ordered by `pts` (the RTP timestamp in ns, as `rtp-receive` sets it;
 /// copies share a pts). Output: the packets in order, re-stamped on a continuous timeline from 0, and
 /// for every slot with nothing to play a **lost-frame marker**: an `opus` frame with an empty payload,
-/// `marks.discontinuity = true` and the slot's duration, which `opus-decode` conceals (PLC).
-/// In-band FEC is not used: the marker carries no data from the following packet.
+/// `marks.discontinuity = true` and the slot's duration. `opus-decode` holds such a slot until the
+/// next real packet arrives and rebuilds it from that packet's in-band FEC when the sender used
+/// `fec: true` (libopus conceals otherwise, and PLC covers earlier slots of a longer gap); the
+/// marker itself carries no data.
 ///
 /// The delay adapts as described on ``JitterBuffer``. Counters (`played`, `concealed`, `stretched`,
 /// `skipped`, `late`, `duplicates`, `resyncs`) go to `--stats`; a `jitter_stats` event with the same
