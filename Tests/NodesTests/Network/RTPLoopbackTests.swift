@@ -140,3 +140,47 @@ struct RTPLoopbackTests {
         #expect(m.coefficient > 0.9, "correlation \(m.coefficient)")
     }
 }
+
+@Suite("RTPIPv6")
+struct RTPIPv6Tests {
+    /// rtp-receive bound to `::` (dual stack) hears rtp-send aimed at `::1`.
+    @Test func sendsAndReceivesOverIPv6() async throws {
+        let signal = RTPTest.chirp(seconds: 2.5)
+        let input = try RTPTest.wav(signal)
+        let output = temporaryPath("v6.wav")
+        let receiver = try Pipeline(yaml: """
+        version: 1
+        name: v6-rx
+        nodes:
+          rx:  { type: rtp-receive, port: 0, bind: "::", stats_interval_ms: 0 }
+          jb:  { type: jitter-buffer, min_ms: 40, stats_interval_ms: 0 }
+          dec: { type: opus-decode }
+          out: { type: wav-sink, path: "\(output)" }
+        links:
+          - rx -> jb -> dec -> out
+        """, registry: BuiltinNodes.registry())
+        let port = RTPTestBox<Int>()
+        let run = Task { try await RTPTest.run(receiver, seconds: 30) { e in
+            if e.name == "rtp_listening", let p = e["port"]?.intValue { port.set(Int(p)) }
+        } }
+        let p = try #require(await port.wait())
+        _ = try await runGraph("""
+        version: 1
+        name: v6-tx
+        nodes:
+          src: { type: file-source, path: "\(input)", realtime: true }
+          enc: { type: opus-encode, bitrate: 48000, application: audio }
+          tx:  { type: rtp-send, host: "::1", port: \(p) }
+        links:
+          - src -> enc -> tx
+        """)
+        try await Task.sleep(for: .milliseconds(400))
+        receiver.stop()
+        let events = try await run.value
+        let stats = try #require(RTPTest.last(events, "rtp_stats", node: "rx"))
+        #expect(stats.rtpInt("received") >= 120 && stats.rtpInt("lost") == 0)
+        let (_, samples) = try readWAV(output)
+        let m = RTPTest.match(sent: signal, received: samples)
+        #expect(m.coefficient > 0.9, "correlation \(m.coefficient)")
+    }
+}
