@@ -95,34 +95,62 @@ struct RunCommand: AsyncParsableCommand {
 }
 
 /// Turns SIGINT/SIGTERM into a graceful stop; a second signal exits at once.
+///
+/// The signal handler only writes the signal number to a pipe (async-signal-safe); a dedicated
+/// thread reads the pipe and acts, so exactly one action happens per signal delivered.
 final class SignalWatcher {
-    private let sources: [any DispatchSourceSignal]
-
     init(onFirst: @escaping @Sendable () -> Void) {
-        var sources: [any DispatchSourceSignal] = []
-        let count = SignalCount()
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return }
+        SignalPipe.writeEnd = fds[1]
+        let readEnd = fds[0]
         for sig in [SIGINT, SIGTERM] {
-            signal(sig, SIG_IGN)
-            let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            s.setEventHandler {
-                if count.next() == 0 {
+            var action = sigaction()
+            #if os(Linux)
+            action.__sigaction_handler.sa_handler = { sig in
+                var byte = UInt8(truncatingIfNeeded: sig)
+                _ = write(SignalPipe.writeEnd, &byte, 1)
+            }
+            #else
+            action.__sigaction_u.__sa_handler = { sig in
+                var byte = UInt8(truncatingIfNeeded: sig)
+                _ = write(SignalPipe.writeEnd, &byte, 1)
+            }
+            #endif
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = SA_RESTART
+            sigaction(sig, &action, nil)
+        }
+        let thread = Thread {
+            var received = 0
+            var byte: UInt8 = 0
+            while true {
+                let n = read(readEnd, &byte, 1)
+                if n < 0 && errno == EINTR { continue }   // another signal interrupted the read
+                guard n == 1 else { return }
+                received += 1
+                if received == 1 {
                     onFirst()
                 } else {
                     FileHandle.standardError.write(Data("\nvoicepipe: second signal, exiting at once\n".utf8))
-                    exit(128 + sig)
+                    exit(128 + Int32(byte))
                 }
             }
-            s.resume()
-            sources.append(s)
         }
-        self.sources = sources
+        thread.name = "voicepipe-signals"
+        thread.start()
     }
 
+    /// Restores the default dispositions (the watcher thread stays parked on its pipe).
     func cancel() {
-        for s in sources { s.cancel() }
         signal(SIGINT, SIG_DFL)
         signal(SIGTERM, SIG_DFL)
     }
+}
+
+/// The write end of the signal pipe, read by the C signal handler.
+enum SignalPipe {
+    nonisolated(unsafe) static var writeEnd: Int32 = -1
 }
 
 /// The live progress line for file sources (stderr, terminals only).
@@ -184,11 +212,4 @@ enum StatsTable {
         }
         return Event("stats", node: "pipeline", ts: nil, fields: [("edges", .array(edges)), ("nodes", .array(nodes))])
     }
-}
-
-/// Counts signals received.
-final class SignalCount: Sendable {
-    private let value = Atomic<Int>(0)
-    /// Returns the count before this signal.
-    func next() -> Int { value.wrappingAdd(1, ordering: .relaxed).oldValue }
 }
