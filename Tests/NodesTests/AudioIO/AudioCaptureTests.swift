@@ -57,7 +57,9 @@ struct AudioCaptureTests {
         let converter = try AudioConverter(from: AudioFormat(sampleRate: 16000, channels: 1), to: AudioFormat(sampleRate: 8000, channels: 1))
         let reference = converter.convert(r.chirp)
         let m = AudioMatch.locate(reference, in: r.captured)
-        #expect(m.coefficient > 0.8, "correlation \(m.coefficient)")
+        // The server's resampler and ours differ near 4 kHz, so the match is looser than at 16 kHz
+        // (0.72–0.9 measured); unrelated audio stays below 0.5.
+        #expect(m.coefficient > 0.6, "correlation \(m.coefficient)")
     }
 
     @Test("frames have the requested size, contiguous timestamps and the source counts no overrun")
