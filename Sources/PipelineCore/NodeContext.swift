@@ -89,7 +89,6 @@ public struct NodeContext: Sendable {
         counters.add(name, n)
     }
 
-    func countIn() {}
 }
 
 /// Named counters of one node.

@@ -68,14 +68,12 @@ public final class Pipeline: Sendable {
         self.drainTimeout = drainTimeout
 
         var edges: [String: BoundedEdge] = [:]
-        var order: [String] = []
         // One queue per consumer input port; several links into one port share it (fan-in).
         let byInput = Dictionary(grouping: graph.links, by: { "\($0.toNode).\($0.toPort)" })
         for key in byInput.keys.sorted() {
             let links = byInput[key]!
             let label = links.count == 1 ? links[0].label : links.map { "\($0.fromNode).\($0.fromPort)" }.joined(separator: "+") + " -> \(key)"
             edges[key] = BoundedEdge(capacity: links.map(\.capacity).max()!, overflow: links[0].overflow, label: label, producers: links.count)
-            order.append(key)
         }
         self.edgeOrder = graph.links.map { "\($0.toNode).\($0.toPort)" }.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
 
