@@ -5,17 +5,20 @@ let strict: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
 ]
 
+let core: Target.Dependency = .product(name: "PipelineCore", package: "PipelineCore")
+let testing: Target.Dependency = .product(name: "VoicepipeTesting", package: "PipelineCore")
+
 let package = Package(
     name: "voicepipe",
     platforms: [.macOS(.v15)],
     products: [
-        .library(name: "PipelineCore", targets: ["PipelineCore"]),
         .library(name: "Nodes", targets: ["Nodes"]),
         .library(name: "VoicepipeCLI", targets: ["VoicepipeCLI"]),
         .executable(name: "voicepipe", targets: ["Runner"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+        // PipelineCore is its own package (a shared library shared with plugins); see its Package.swift.
+        .package(path: "Sources/PipelineCore"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
@@ -31,17 +34,9 @@ let package = Package(
         .systemLibrary(name: "CSpeexDSP", pkgConfig: "speexdsp", providers: [.apt(["libspeexdsp-dev"])]),
         .systemLibrary(name: "CPocketSphinx", pkgConfig: "pocketsphinx", providers: [.apt(["libpocketsphinx-dev"])]),
         .target(
-            name: "PipelineCore",
-            dependencies: [
-                .product(name: "Yams", package: "Yams"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: strict
-        ),
-        .target(
             name: "Nodes",
             dependencies: [
-                "PipelineCore", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx",
+                core, "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -57,7 +52,7 @@ let package = Package(
         .target(
             name: "VoicepipeCLI",
             dependencies: [
-                "PipelineCore", "Nodes",
+                core, "Nodes",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -65,24 +60,35 @@ let package = Package(
         ),
         .executableTarget(
             name: "Runner",
-            dependencies: ["VoicepipeCLI"],
+            dependencies: [
+                core, "Nodes", "VoicepipeCLI",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+        // The "own executable" example (Examples/custom-node, a package of its own for users) compiled
+        // here too, so CI checks it without building the dependency tree a second time.
+        .executableTarget(
+            name: "voicepipe-custom-example",
+            dependencies: [core, "Nodes", "VoicepipeCLI"],
+            path: "Examples/custom-node/Sources/voicepipe-custom",
             swiftSettings: strict
         ),
         .executableTarget(
             name: "voicepipe-bench",
-            dependencies: ["PipelineCore", "Nodes"],
+            dependencies: [core, "Nodes"],
             path: "bench/Sources/voicepipe-bench",
             swiftSettings: strict
         ),
         .testTarget(
             name: "PipelineCoreTests",
-            dependencies: ["PipelineCore"],
+            dependencies: [core, testing],
             swiftSettings: strict
         ),
         .testTarget(
             name: "NodesTests",
             dependencies: [
-                "PipelineCore", "Nodes",
+                core, "Nodes", testing,
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -94,7 +100,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RunnerTests",
-            dependencies: ["PipelineCore", "Nodes", "VoicepipeCLI"],
+            dependencies: [core, "Nodes", "VoicepipeCLI", testing],
             swiftSettings: strict
         ),
     ]

@@ -7,12 +7,13 @@ let package = Package(
     platforms: [.macOS(.v15)],
     dependencies: [
         .package(name: "voicepipe", path: "../.."),
+        .package(path: "../../Sources/PipelineCore"),
     ],
     targets: [
         .executableTarget(
             name: "voicepipe-custom",
             dependencies: [
-                .product(name: "PipelineCore", package: "voicepipe"),
+                .product(name: "PipelineCore", package: "PipelineCore"),
                 .product(name: "Nodes", package: "voicepipe"),
                 .product(name: "VoicepipeCLI", package: "voicepipe"),
             ],

@@ -1,4 +1,6 @@
 import Nodes
 import VoicepipeCLI
 
-await Voicepipe.main(registry: BuiltinNodes.registry())
+// The stock binary: the built-in node types, plugins named with --plugin or `plugins:`, and the
+// operator command for digital-human sessions.
+await Voicepipe.main(registry: BuiltinNodes.registry(), commands: [AvatarCommand.self])

@@ -11,11 +11,12 @@ struct GraphCommand: AsyncParsableCommand {
     @Argument(help: "Graph file.") var file: String
     @Option(help: "dot, mermaid or svg.") var format: Format = .dot
     @Option(name: .customLong("set"), help: "Override a parameter: ID.KEY=VALUE.") var sets: [String] = []
+    @OptionGroup var plugin: PluginOptions
 
     func run() async throws {
         let graph: ValidatedGraph
         do {
-            graph = try GraphValidator.load(path: file, registry: CLIContext.currentRegistry, overrides: try parseOverrides(sets))
+            graph = try GraphValidator.load(path: file, registry: try plugin.registry(), overrides: try parseOverrides(sets))
         } catch let e as GraphError {
             printError(e.description)
             throw ExitStatus.invalid

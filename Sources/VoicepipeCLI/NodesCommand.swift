@@ -9,9 +9,10 @@ struct NodesCommand: AsyncParsableCommand {
     @Argument(help: "Show one node type in detail.") var type: String?
     @Flag(help: "Machine-readable output.") var json = false
     @Flag(help: "A Markdown table (the one in the README).") var markdown = false
+    @OptionGroup var plugin: PluginOptions
 
     func run() async throws {
-        let registry = CLIContext.currentRegistry
+        let registry = try plugin.registry()
         var list = registry.all
         if let type {
             guard let d = registry.descriptor(type) else {
@@ -44,7 +45,8 @@ public enum NodeDocs {
                 family = d.family
                 out += (out.isEmpty ? "" : "\n") + "\(family):\n"
             }
-            out += "  " + d.type.padding(toLength: width, withPad: " ", startingAt: 0) + d.summary + "\n"
+            out += "  " + d.type.padding(toLength: width, withPad: " ", startingAt: 0) + d.summary
+                + (d.plugin.map { " [plugin \($0.name)]" } ?? "") + "\n"
         }
         return out + "\n`voicepipe nodes TYPE` shows a type's ports and parameters."
     }
@@ -52,6 +54,7 @@ public enum NodeDocs {
     /// Ports and parameters of one type.
     public static func detail(_ d: NodeDescriptor) -> String {
         var out = "\(d.type) (\(d.family)): \(d.summary)\n"
+        if let p = d.plugin { out += "plugin: \(p.name) (\(p.path))\n" }
         out += "\ninputs:\n"
         if d.inputs.isEmpty { out += "  (none: a source)\n" }
         for p in d.inputs { out += "  \(p.name): \(p.kindDescription)\(p.required ? "" : " (optional)")\(p.doc.isEmpty ? "" : " — \(p.doc)")\n" }
@@ -66,6 +69,7 @@ public enum NodeDocs {
             out += line + "\n      \(p.doc)\n"
         }
         out += "  restart: { max: N, backoff_ms: M } (any node) restarts the node after a failure\n"
+        out += "  executor: realtime | bulk (any node), type default \(d.executor.rawValue): realtime runs the node on the real-time executor, apart from bulk work (a node's parameters may change it: a file-source or tone-source with realtime: false is bulk)\n"
         out += "\nedges leaving it default to overflow: \(d.defaultOverflow.rawValue)\n"
         return out
     }
@@ -86,7 +90,9 @@ public enum NodeDocs {
         let items = list.map { d in
             "{\"type\":\(EventJSON.quote(d.type)),\"family\":\(EventJSON.quote(d.family)),\"summary\":\(EventJSON.quote(d.summary)),"
                 + "\"inputs\":[\(d.inputs.map(port).joined(separator: ","))],\"outputs\":[\(d.outputs.map(port).joined(separator: ","))],"
-                + "\"parameters\":[\(d.parameters.map(param).joined(separator: ","))],\"default_overflow\":\(EventJSON.quote(d.defaultOverflow.rawValue))}"
+                + "\"parameters\":[\(d.parameters.map(param).joined(separator: ","))],\"default_overflow\":\(EventJSON.quote(d.defaultOverflow.rawValue)),"
+                + "\"executor\":\(EventJSON.quote(d.executor.rawValue))"
+                + (d.plugin.map { ",\"plugin\":{\"name\":\(EventJSON.quote($0.name)),\"path\":\(EventJSON.quote($0.path))}" } ?? "") + "}"
         }
         return "[" + items.joined(separator: ",\n") + "]"
     }

@@ -20,6 +20,7 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(help: "Print a per-edge table of sent / dropped / max depth at exit (and a `stats` event on stdout when events go there).") var stats = false
     @Flag(help: "No live progress line.") var quiet = false
     @Option(help: "Run this many instances of each graph in one process.") var instances: Int = 1
+    @OptionGroup var plugin: PluginOptions
     @OptionGroup var log: LogOptions
 
     func validate() throws {
@@ -29,7 +30,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         try log.bootstrap()
         let overrides = try parseOverrides(sets)
-        let registry = CLIContext.currentRegistry
+        let registry = try plugin.registry()
         var graphs: [ValidatedGraph] = []
         var invalid = false
         for file in files {
@@ -182,16 +183,28 @@ enum StatsTable {
         let edges = p.edgeStats
         let w = max(24, edges.map(\.label.count).max() ?? 0)
         var out = "stats for \(title):\n"
-        out += "  " + "edge".padding(toLength: w, withPad: " ", startingAt: 0) + "       sent    dropped  max depth  capacity  overflow\n"
+        out += "  " + "edge".padding(toLength: w, withPad: " ", startingAt: 0)
+            + "       sent    dropped  max depth  capacity  overflow     age ms p50 / p99 / max\n"
         for e in edges {
             out += "  " + e.label.padding(toLength: w, withPad: " ", startingAt: 0)
-                + String(format: " %10llu %10llu %10d %9d  ", e.sent, e.dropped, e.maxDepth, e.capacity) + e.overflow.rawValue + "\n"
+                + String(format: " %10llu %10llu %10d %9d  ", e.sent, e.dropped, e.maxDepth, e.capacity)
+                + e.overflow.rawValue.padding(toLength: 12, withPad: " ", startingAt: 0)
+                + (e.age.map { String(format: " %8.1f / %.1f / %.1f", $0.p50Ms, $0.p99Ms, $0.maxMs) } ?? "") + "\n"
         }
-        let nodes = p.nodeStats.filter { $0.restarts > 0 || !$0.counters.isEmpty }
+        let sinks = p.sinkAges
+        if !sinks.isEmpty {
+            out += "  end-to-end media age at sinks (ms, p50 / p99 / max):\n"
+            for (id, a) in sinks {
+                out += "    \(id): " + String(format: "%.1f / %.1f / %.1f", a.p50Ms, a.p99Ms, a.maxMs)
+                    + (p.graph.latencyBudgetMs.map { " (budget \($0))" } ?? "") + "\n"
+            }
+        }
+        let nodes = p.nodeStats.filter { $0.restarts > 0 || !$0.counters.isEmpty || !$0.gauges.isEmpty }
         if !nodes.isEmpty {
             out += "  nodes:\n"
             for n in nodes {
                 var fields = n.counters.sorted(by: { $0.key < $1.key }).map { "\($0.key)=\($0.value)" }
+                    + n.gauges.sorted(by: { $0.key < $1.key }).map { "\($0.key)=" + String(format: "%.1f", $0.value) }
                 if n.restarts > 0 { fields.insert("restarts=\(n.restarts)", at: 0) }
                 out += "    \(n.id): " + fields.joined(separator: " ") + "\n"
             }
@@ -201,13 +214,17 @@ enum StatsTable {
     }
 
     static func event(_ p: Pipeline) -> Event {
+        func ms(_ v: Double) -> EventValue { .double((v * 100).rounded() / 100) }
         let edges: [EventValue] = p.edgeStats.map { e in
-            .object(["edge": .string(e.label), "sent": .int(Int64(e.sent)), "dropped": .int(Int64(e.dropped)),
-                     "max_depth": .int(Int64(e.maxDepth)), "capacity": .int(Int64(e.capacity)), "overflow": .string(e.overflow.rawValue)])
+            var o: [String: EventValue] = ["edge": .string(e.label), "sent": .int(Int64(e.sent)), "dropped": .int(Int64(e.dropped)),
+                                           "max_depth": .int(Int64(e.maxDepth)), "capacity": .int(Int64(e.capacity)), "overflow": .string(e.overflow.rawValue)]
+            if let a = e.age { o["age_ms"] = .object(["p50": ms(a.p50Ms), "p99": ms(a.p99Ms), "max": ms(a.maxMs)]) }
+            return .object(o)
         }
         let nodes: [EventValue] = p.nodeStats.map { n in
             var o: [String: EventValue] = ["node": .string(n.id), "restarts": .int(Int64(n.restarts))]
             for (k, v) in n.counters { o[k] = .int(Int64(v)) }
+            for (k, v) in n.gauges { o[k] = .double((v * 10).rounded() / 10) }
             return .object(o)
         }
         return Event("stats", node: "pipeline", ts: nil, fields: [("edges", .array(edges)), ("nodes", .array(nodes))])

@@ -8,15 +8,17 @@ struct ValidateCommand: AsyncParsableCommand {
 
     @Argument(help: "Graph files.") var files: [String]
     @Option(name: .customLong("set"), help: "Override a parameter: ID.KEY=VALUE (ID.type=... swaps the node's type).") var sets: [String] = []
+    @OptionGroup var plugin: PluginOptions
     @OptionGroup var log: LogOptions
 
     func run() async throws {
         try log.bootstrap()
         let overrides = try parseOverrides(sets)
+        let registry = try plugin.registry()
         var failed = false
         for file in files {
             do {
-                let g = try GraphValidator.load(path: file, registry: CLIContext.currentRegistry, overrides: overrides)
+                let g = try GraphValidator.load(path: file, registry: registry, overrides: overrides)
                 for w in g.warnings { printError("warning: \(w)") }
                 print("\(file): ok (\(g.nodes.count) nodes, \(g.links.count) links)")
             } catch let e as GraphError {

@@ -12,10 +12,15 @@ import Synchronization
 /// registry.register(MyNode.descriptor)
 /// await Voicepipe.main(registry: registry)
 /// ```
+///
+/// `commands` adds subcommands of the package's own next to `run`, `validate`, `nodes`, `graph`
+/// and `devices`.
 public enum Voicepipe {
     /// Parses the process arguments and runs the command with `registry`'s node types.
-    public static func main(registry: NodeRegistry = BuiltinNodes.registry(), arguments: [String]? = nil) async {
+    public static func main(registry: NodeRegistry = BuiltinNodes.registry(), commands: [any ParsableCommand.Type] = [],
+                            arguments: [String]? = nil) async {
         CLIContext.registry.withLock { $0 = registry }
+        CLIContext.extraCommands.withLock { $0 = commands }
         do {
             var command = try RootCommand.parseAsRoot(arguments)
             if var asyncCommand = command as? AsyncParsableCommand {
@@ -32,6 +37,7 @@ public enum Voicepipe {
 /// Process-wide settings of the CLI.
 enum CLIContext {
     static let registry = Mutex<NodeRegistry>(BuiltinNodes.registry())
+    static let extraCommands = Mutex<[any ParsableCommand.Type]>([])
     static var currentRegistry: NodeRegistry { registry.withLock { $0 } }
 }
 
@@ -42,7 +48,7 @@ enum ExitStatus {
 }
 
 struct RootCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+    static var configuration: CommandConfiguration { CommandConfiguration(
         commandName: "voicepipe",
         abstract: "Real-time voice pipelines declared in YAML: capture, meter, detect speech, slice, encode, recognize, send.",
         discussion: """
@@ -54,8 +60,28 @@ struct RootCommand: AsyncParsableCommand {
           voicepipe nodes vad
           voicepipe graph pipelines/intercom.yaml --format mermaid
         """,
-        subcommands: [RunCommand.self, ValidateCommand.self, NodesCommand.self, GraphCommand.self, DevicesCommand.self, AvatarCommand.self]
-    )
+        subcommands: [RunCommand.self, ValidateCommand.self, NodesCommand.self, GraphCommand.self, DevicesCommand.self]
+            + CLIContext.extraCommands.withLock { $0 }
+    ) }
+}
+
+/// `--plugin PATH` (repeatable): node types from shared libraries, loaded before anything else.
+struct PluginOptions: ParsableArguments {
+    @Option(name: .customLong("plugin"), help: ArgumentHelp("Load node types from a plugin (a shared library path, or a name found in VOICEPIPE_PLUGIN_PATH); repeatable.", valueName: "path"))
+    var plugins: [String] = []
+
+    /// The CLI's registry with the plugins loaded; a plugin that cannot be loaded ends the command
+    /// with exit code 2 and says why.
+    func registry() throws -> NodeRegistry {
+        var registry = CLIContext.currentRegistry
+        for p in plugins {
+            do { try registry.loadPlugin(p, relativeTo: FileManager.default.currentDirectoryPath) } catch {
+                printError("error: \(error.description)")
+                throw ExitStatus.invalid
+            }
+        }
+        return registry
+    }
 }
 
 /// Log options shared by subcommands.

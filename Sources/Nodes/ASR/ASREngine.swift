@@ -170,37 +170,53 @@ private actor ASRInputList {
     }
 }
 
-/// How the `asr` node knows an engine: its name (the `engine` parameter), the node parameters it
-/// uses, the audio format it wants and a factory.
+/// The typed parameters of one ``ASREngine``: the `asr` node parameters that only this engine uses,
+/// decoded from the node's parameters when the engine is the one selected.
 ///
-/// Every parameter an engine reads must be declared on the `asr` node descriptor
-/// (`ASRNode.parameters`); list the ones that belong to this engine in `parameters`, so giving
-/// one to another engine is reported at validation.
+/// ``NodeConfiguration/parameters`` lists these parameters; they become part of the `asr` node's
+/// parameters and carry no default there (the engine applies its own), so that giving one while
+/// another engine is selected is reported at validation. ``NodeConfiguration/problems()`` reports
+/// the engine's own problems (conflicting options, unreadable files).
+public protocol ASREngineConfiguration: NodeConfiguration {
+    /// The audio format the engine takes (16 kHz mono unless the engine says otherwise).
+    var inputFormat: AudioFormat { get }
+}
+
+extension ASREngineConfiguration {
+    /// 16 kHz mono.
+    public var inputFormat: AudioFormat { AudioFormat(sampleRate: 16000, channels: 1) }
+}
+
+/// How the `asr` node knows an engine: its name (the `engine` parameter), its typed configuration
+/// (the node parameters it alone uses) and a factory.
 public struct ASREngineDescriptor: Sendable {
     /// Value of the `engine` parameter.
     public var name: String
     /// One line for `voicepipe nodes`.
     public var summary: String
-    /// Names of the node parameters that only this engine uses.
-    public var parameters: [String]
-    /// The audio format the engine takes, given the node's parameters (16 kHz mono by default).
-    public var inputFormat: @Sendable (NodeConfig) -> AudioFormat
-    /// Extra validation; returns messages for problems (missing credentials, unreadable files).
-    public var check: @Sendable (NodeConfig) -> [String]
-    /// Creates the engine when the pipeline starts.
-    public var make: @Sendable (NodeConfig) throws -> any ASREngine
+    /// The node parameters that only this engine uses (its configuration's parameters).
+    public var parameters: [ParamSpec]
+    /// Decodes the engine's configuration from the node's parameters.
+    public var decode: @Sendable (any Decoder) throws -> any ASREngineConfiguration
+    /// Creates the engine when the pipeline starts, from its configuration (as decoded by ``decode``),
+    /// the node's configuration and the node's environment.
+    public var make: @Sendable (any ASREngineConfiguration, ASRNode.Configuration, NodeEnvironment) throws -> any ASREngine
 
-    /// Creates a descriptor.
-    public init(name: String, summary: String, parameters: [String] = [],
-                inputFormat: @escaping @Sendable (NodeConfig) -> AudioFormat = { _ in AudioFormat(sampleRate: 16000, channels: 1) },
-                check: @escaping @Sendable (NodeConfig) -> [String] = { _ in [] },
-                make: @escaping @Sendable (NodeConfig) throws -> any ASREngine) {
+    /// Creates a descriptor for an engine configured by `Configuration`.
+    public init<Configuration: ASREngineConfiguration>(
+        name: String, summary: String, configuration: Configuration.Type,
+        make: @escaping @Sendable (Configuration, ASRNode.Configuration, NodeEnvironment) throws -> any ASREngine
+    ) {
         self.name = name
         self.summary = summary
-        self.parameters = parameters
-        self.inputFormat = inputFormat
-        self.check = check
-        self.make = make
+        self.parameters = Configuration.parameters
+        self.decode = { decoder in try Configuration(from: decoder) }
+        self.make = { engineConfiguration, node, env in
+            guard let c = engineConfiguration as? Configuration else {
+                throw NodeError("configuration_mismatch", "node '\(env.id)': asr engine \(name): configuration is not a \(Configuration.self)")
+            }
+            return try make(c, node, env)
+        }
     }
 }
 

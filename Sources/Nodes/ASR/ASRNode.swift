@@ -11,14 +11,14 @@ public actor ASRNode: Node {
     let silenceMs: Int64
     private var finals: [String] = []
 
-    init(config: NodeConfig) throws {
-        engineName = config.string("engine", default: ASREngines.defaultName)
-        guard let descriptor = ASREngines.descriptor(engineName) else {
+    init(configuration c: Configuration, environment: NodeEnvironment) throws {
+        engineName = c.engine
+        guard let descriptor = c.engineDescriptor else {
             throw NodeError("unknown_engine", "asr: unknown engine '\(engineName)'; expected one of \(ASREngines.all.map(\.name).joined(separator: ", "))")
         }
-        engine = try descriptor.make(config)
-        format = descriptor.inputFormat(config)
-        silenceMs = Int64(config.int("endpoint_silence_ms", default: 600))
+        engine = try descriptor.make(c.engineConfiguration, c, environment)
+        format = c.inputFormat
+        silenceMs = Int64(c.endpointSilenceMs)
     }
 
     public func run(_ context: NodeContext) async throws {

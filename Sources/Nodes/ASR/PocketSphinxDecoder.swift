@@ -2,7 +2,7 @@ import CPocketSphinx
 import Foundation
 import PipelineCore
 
-/// Settings of a PocketSphinx decoder, checked once from the node's parameters.
+/// Settings of a PocketSphinx decoder, resolved once from ``PocketSphinxEngine/Configuration``.
 struct PocketSphinxSettings: Sendable, Hashable {
     /// What the decoder searches for.
     enum Search: Sendable, Hashable {
@@ -28,37 +28,42 @@ struct PocketSphinxSettings: Sendable, Hashable {
         self.search = search
     }
 
-    /// Settings from the `asr` node's parameters (Debian's en-us model by default).
-    init(config: NodeConfig) {
-        let language = config.string("language", default: "en-us")
+    /// The language when `language` is not given.
+    static let defaultLanguage = "en-us"
+    /// The keyphrase detection threshold when `kws_threshold` is not given.
+    static let defaultKeyphraseThreshold = 1e-20
+
+    /// Settings from the engine's parameters (Debian's en-us model by default).
+    init(configuration c: PocketSphinxEngine.Configuration) {
+        let language = c.language ?? Self.defaultLanguage
         let root = Self.modelRoot + "/" + language
-        acousticModel = config.string("model_dir", default: root + "/" + language)
-        dictionary = config.string("dict", default: root + "/cmudict-" + language + ".dict")
-        if let jsgf = config.string("jsgf") {
+        acousticModel = c.modelDir ?? root + "/" + language
+        dictionary = c.dict ?? root + "/cmudict-" + language + ".dict"
+        if let jsgf = c.jsgf {
             search = .grammar(jsgf)
-        } else if let phrase = config.string("keyphrase") {
-            search = .keyphrase(phrase, threshold: config.double("kws_threshold", default: 1e-20))
-        } else if let list = config.string("kws") {
+        } else if let phrase = c.keyphrase {
+            search = .keyphrase(phrase, threshold: c.kwsThreshold ?? Self.defaultKeyphraseThreshold)
+        } else if let list = c.kws {
             search = .keyphraseList(list)
         } else {
-            search = .languageModel(config.string("lm", default: root + "/" + language + ".lm.bin"))
+            search = .languageModel(c.lm ?? root + "/" + language + ".lm.bin")
         }
     }
 
     /// Problems found without loading anything: missing files, conflicting searches.
-    static func check(_ config: NodeConfig) -> [String] {
+    static func check(_ c: PocketSphinxEngine.Configuration) -> [String] {
         var problems: [String] = []
-        let searches = ["jsgf", "keyphrase", "kws"].filter { config.has($0) }
+        let searches = [("jsgf", c.jsgf), ("keyphrase", c.keyphrase), ("kws", c.kws)].filter { $0.1 != nil }.map(\.0)
         if searches.count > 1 {
             problems.append("give only one of jsgf, keyphrase, kws (got \(searches.joined(separator: ", ")))")
         }
-        if config.has("lm") && !searches.isEmpty {
+        if c.lm != nil && !searches.isEmpty {
             problems.append("lm is used for free speech; it cannot be combined with \(searches[0])")
         }
-        if config.has("kws_threshold") && !config.has("keyphrase") {
+        if c.kwsThreshold != nil && c.keyphrase == nil {
             problems.append("kws_threshold applies to keyphrase (a kws file gives thresholds per line)")
         }
-        let settings = PocketSphinxSettings(config: config)
+        let settings = PocketSphinxSettings(configuration: c)
         var files: [(String, String)] = [("dict", settings.dictionary)]
         switch settings.search {
         case .languageModel(let p): files.append(("lm", p))
@@ -68,7 +73,7 @@ struct PocketSphinxSettings: Sendable, Hashable {
         }
         var isDir: ObjCBool = false
         if !FileManager.default.fileExists(atPath: settings.acousticModel, isDirectory: &isDir) || !isDir.boolValue {
-            let hint = config.has("model_dir") ? "" : " (install pocketsphinx-en-us, or set model_dir)"
+            let hint = c.modelDir != nil ? "" : " (install pocketsphinx-en-us, or set model_dir)"
             problems.append("acoustic model directory \(settings.acousticModel) not found\(hint)")
         }
         for (name, path) in files where !FileManager.default.fileExists(atPath: path) {

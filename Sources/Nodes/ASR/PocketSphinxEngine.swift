@@ -11,7 +11,7 @@ public struct PocketSphinxEngine: ASREngine {
     let settings: PocketSphinxSettings
     let partialIntervalMs: Int64
 
-    init(settings: PocketSphinxSettings, partialIntervalMs: Int64 = 300) {
+    init(settings: PocketSphinxSettings, partialIntervalMs: Int64) {
         self.settings = settings
         self.partialIntervalMs = partialIntervalMs
     }
@@ -64,13 +64,47 @@ public struct PocketSphinxEngine: ASREngine {
         }
     }
 
+    /// The `asr` node parameters of `engine: pocketsphinx`. Without `jsgf`, `keyphrase` or `kws`
+    /// it recognizes free speech with the language model.
+    public struct Configuration: ASREngineConfiguration {
+        /// Model under `/usr/share/pocketsphinx/model`; `nil` = `en-us`.
+        public var language: String?
+        /// Acoustic model directory (`-hmm`); `nil` = the language's.
+        public var modelDir: String?
+        /// Pronunciation dictionary; `nil` = the language's.
+        public var dict: String?
+        /// N-gram language model; `nil` = the language's.
+        public var lm: String?
+        /// JSGF grammar file.
+        public var jsgf: String?
+        /// A phrase to spot (keyword spotting).
+        public var keyphrase: String?
+        /// Keyphrase list file.
+        public var kws: String?
+        /// Detection threshold for ``keyphrase``; `nil` = 1e-20.
+        public var kwsThreshold: Double?
+
+        /// The parameters that only `engine: pocketsphinx` uses.
+        public static let parameters = [
+            ParamSpec("language", .string, doc: "pocketsphinx: model under /usr/share/pocketsphinx/model (default en-us)"),
+            ParamSpec("model_dir", .string, doc: "pocketsphinx: acoustic model directory (-hmm; default /usr/share/pocketsphinx/model/<language>/<language>)"),
+            ParamSpec("dict", .string, doc: "pocketsphinx: pronunciation dictionary (default cmudict-<language>.dict next to the model)"),
+            ParamSpec("lm", .string, doc: "pocketsphinx: n-gram language model (default <language>.lm.bin next to the model)"),
+            ParamSpec("jsgf", .string, doc: "pocketsphinx: JSGF grammar file; recognizes only what the grammar allows"),
+            ParamSpec("keyphrase", .string, doc: "pocketsphinx: spot this phrase (keyword spotting) instead of free speech"),
+            ParamSpec("kws", .string, doc: "pocketsphinx: keyphrase list file, one phrase per line with an optional /threshold/"),
+            ParamSpec("kws_threshold", .double, doc: "pocketsphinx: detection threshold for `keyphrase` (default 1e-20; smaller misses less)"),
+        ]
+
+        /// Conflicting searches and missing model files (checked without loading anything).
+        public func problems() -> [String] { PocketSphinxSettings.check(self) }
+    }
+
     /// Engine registration.
     public static let descriptor = ASREngineDescriptor(
         name: "pocketsphinx", summary: "embedded CMU PocketSphinx, Debian's pocketsphinx-en-us model",
-        parameters: ["language", "model_dir", "dict", "lm", "jsgf", "keyphrase", "kws", "kws_threshold"],
-        check: { PocketSphinxSettings.check($0) },
-        make: { config in
-            PocketSphinxEngine(settings: PocketSphinxSettings(config: config),
-                               partialIntervalMs: Int64(config.int("partial_interval_ms", default: 300)))
+        configuration: Configuration.self,
+        make: { c, node, _ in
+            PocketSphinxEngine(settings: PocketSphinxSettings(configuration: c), partialIntervalMs: Int64(node.partialIntervalMs))
         })
 }

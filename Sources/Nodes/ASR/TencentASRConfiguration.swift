@@ -1,7 +1,8 @@
 import Foundation
 import PipelineCore
 
-/// Settings of the `tencent` engine of the `asr` node, checked once when the node is made.
+/// Settings of the `tencent` engine of the `asr` node, resolved once when the node is made from its
+/// parameters (``TencentASREngine/Configuration``) and the node's environment variables.
 ///
 /// Credentials come from the node's `app_id`, `secret_id` and `secret_key` parameters, falling
 /// back to `TENCENTCLOUD_APPID`, `TENCENTCLOUD_SECRET_ID` and `TENCENTCLOUD_SECRET_KEY`. They are
@@ -33,13 +34,18 @@ public struct TencentASRConfiguration: Sendable {
     /// How long to wait for the server's answer (`code` 0 or an error) after connecting.
     public var handshakeTimeout: Duration
 
+    /// The model when `engine_model_type` is not given.
+    public static let defaultEngineModelType = "16k_zh"
+    /// Audio held while reconnecting when `hold_ms` is not given, in milliseconds.
+    public static let defaultMaxHeldMs = 30_000
+
     /// Query parameters the client sets itself; `params:` may not override them.
     public static let reservedParameters: Set<String> = ["secretid", "timestamp", "expired", "nonce", "voice_id", "voice_format", "signature"]
 
     /// Creates a configuration.
     public init(appID: String, secretID: String, secretKey: String, endpoint: TencentEndpoint = .default,
-                engineModelType: String = "16k_zh", extraParameters: [String: String] = [:], caFile: String? = nil,
-                reconnect: TencentReconnectPolicy = TencentReconnectPolicy(), maxHeldMs: Int = 30_000, chunkMs: Int = 40,
+                engineModelType: String = TencentASRConfiguration.defaultEngineModelType, extraParameters: [String: String] = [:], caFile: String? = nil,
+                reconnect: TencentReconnectPolicy = TencentReconnectPolicy(), maxHeldMs: Int = TencentASRConfiguration.defaultMaxHeldMs, chunkMs: Int = 40,
                 finalTimeout: Duration = .seconds(15), handshakeTimeout: Duration = .seconds(10)) {
         self.appID = appID
         self.secretID = secretID
@@ -55,17 +61,17 @@ public struct TencentASRConfiguration: Sendable {
         self.handshakeTimeout = handshakeTimeout
     }
 
-    /// Reads the node's parameters, with credentials defaulting to the environment.
-    /// Throws `missing_credentials` naming what is missing (never a value).
-    public init(config: NodeConfig, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
-        func credential(_ param: String, _ variable: String) -> String? {
-            if let v = config.string(param), !v.isEmpty { return v }
+    /// Resolves the engine's parameters, with credentials defaulting to `environment` (the node's
+    /// ``NodeEnvironment/variables``). Throws `missing_credentials` naming what is missing (never a value).
+    public init(parameters p: TencentASREngine.Configuration, environment: [String: String]) throws {
+        func credential(_ value: String?, _ variable: String) -> String? {
+            if let v = value, !v.isEmpty { return v }
             if let v = environment[variable], !v.isEmpty { return v }
             return nil
         }
-        let app = credential("app_id", "TENCENTCLOUD_APPID")
-        let sid = credential("secret_id", "TENCENTCLOUD_SECRET_ID")
-        let skey = credential("secret_key", "TENCENTCLOUD_SECRET_KEY")
+        let app = credential(p.appID, "TENCENTCLOUD_APPID")
+        let sid = credential(p.secretID, "TENCENTCLOUD_SECRET_ID")
+        let skey = credential(p.secretKey, "TENCENTCLOUD_SECRET_KEY")
         var missing: [String] = []
         if app == nil { missing.append("app_id (or TENCENTCLOUD_APPID)") }
         if sid == nil { missing.append("secret_id (or TENCENTCLOUD_SECRET_ID)") }
@@ -74,7 +80,7 @@ public struct TencentASRConfiguration: Sendable {
             throw NodeError("missing_credentials", "engine tencent needs " + missing.joined(separator: ", "))
         }
         let endpoint: TencentEndpoint
-        if let e = config.string("endpoint"), !e.isEmpty {
+        if let e = p.endpoint, !e.isEmpty {
             guard let parsed = TencentEndpoint(e) else {
                 throw NodeError("bad_endpoint", "endpoint \"\(e)\": expected ws://host[:port][/prefix] or wss://...")
             }
@@ -82,31 +88,28 @@ public struct TencentASRConfiguration: Sendable {
         } else {
             endpoint = .default
         }
+        var reconnect = TencentReconnectPolicy()
+        if let attempts = p.reconnectAttempts { reconnect.maxAttempts = max(1, attempts) }
         self.init(appID: app, secretID: sid, secretKey: skey, endpoint: endpoint,
-                  engineModelType: config.string("engine_model_type") ?? "16k_zh",
-                  extraParameters: config.stringMap("params"), caFile: config.string("ca_file"),
-                  reconnect: TencentReconnectPolicy(maxAttempts: max(1, config.int("reconnect_attempts", default: 6))),
-                  maxHeldMs: config.int("hold_ms", default: 30_000))
+                  engineModelType: p.model, extraParameters: p.params ?? [:], caFile: p.caFile,
+                  reconnect: reconnect, maxHeldMs: p.holdMs ?? Self.defaultMaxHeldMs)
     }
 
-    /// Problems found in the node's parameters without opening anything (credentials are only
-    /// looked for when the node starts, so a graph validates without them).
+    /// Resolves untyped parameter values (as ``init(parameters:environment:)`` does; for tests and
+    /// callers that hold a ``NodeConfig``). Values of other parameters are ignored.
+    public init(config: NodeConfig, environment: [String: String]) throws {
+        try self.init(parameters: ParameterDecoder.decode(TencentASREngine.Configuration.self, from: config.values),
+                      environment: environment)
+    }
+
+    /// The problems ``TencentASREngine/Configuration/problems()`` reports for untyped parameter
+    /// values (for tests and callers that hold a ``NodeConfig``).
     public static func check(_ config: NodeConfig) -> [String] {
-        var problems: [String] = []
-        if let e = config.string("endpoint"), !e.isEmpty, TencentEndpoint(e) == nil {
-            problems.append("endpoint \"\(e)\": expected ws://host[:port][/prefix] or wss://...")
+        do {
+            return try ParameterDecoder.decode(TencentASREngine.Configuration.self, from: config.values).problems()
+        } catch {
+            return ["\(error)"]
         }
-        if let ca = config.string("ca_file"), !FileManager.default.isReadableFile(atPath: ca) {
-            problems.append("ca_file \"\(ca)\": no such readable file")
-        }
-        let model = config.string("engine_model_type") ?? "16k_zh"
-        if !(model.hasPrefix("16k_") || model.hasPrefix("8k_")) {
-            problems.append("engine_model_type \"\(model)\": expected a 16k_* or 8k_* model such as 16k_zh")
-        }
-        for key in config.stringMap("params").keys.sorted() where reservedParameters.contains(key) {
-            problems.append("params.\(key): set by the client itself and cannot be overridden")
-        }
-        return problems
     }
 
     /// The sample rate the model expects: 8 kHz for `8k_*` models, else 16 kHz.

@@ -34,7 +34,7 @@ public actor Base64EncodeNode: FrameProcessor {
         family: "codecs",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.encoded], codecs: ["base64-pcm"], doc: "payload = ASCII base64 of the s16le bytes")],
-        parameters: [],
+        configuration: NoConfiguration.self,
         format: .none,
-        make: { _ in Base64EncodeNode() })
+        make: { _, _ in Base64EncodeNode() })
 }

@@ -23,10 +23,10 @@ public actor OpusDecodeNode: FrameProcessor {
     private var origin: Int64?
     private var warnedCodec = false
 
-    init(config c: NodeConfig) {
-        format = AudioFormat(sampleRate: c.int("rate", default: 48000), channels: c.int("channels", default: 1))
+    init(configuration c: Configuration) {
+        format = c.format
         lastFrameSamples = format.sampleRate / 50
-        useFEC = c.bool("use_fec", default: true)
+        useFEC = c.useFec
     }
 
     public func process(_ frame: Frame, context: NodeContext) async throws {
@@ -112,6 +112,22 @@ public actor OpusDecodeNode: FrameProcessor {
         try await context.send(f)
     }
 
+    /// Configuration of `opus-decode`.
+    public struct Configuration: NodeConfiguration {
+        public var rate: Int
+        public var channels: Int
+        public var useFec: Bool
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("rate", .int(8000...48000), default: 48000, doc: "output sample rate: 8000, 12000, 16000, 24000 or 48000"),
+            ParamSpec("channels", .int(1...2), default: 1, doc: "output channels"),
+            ParamSpec("use_fec", .bool, default: true, doc: "rebuild a lost packet from the next packet's FEC data (false: conceal only)"),
+        ]
+        var format: AudioFormat { AudioFormat(sampleRate: rate, channels: channels) }
+        public func problems() -> [String] {
+            OpusRates.supported.contains(rate) ? [] : ["rate must be 8000, 12000, 16000, 24000 or 48000, got \(rate)"]
+        }
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "opus-decode",
@@ -119,17 +135,7 @@ public actor OpusDecodeNode: FrameProcessor {
         family: "codecs",
         inputs: [PortSpec("in", [.encoded], codecs: ["opus"], doc: "Opus packets; empty payload = lost packet")],
         outputs: [PortSpec("out", [.audio])],
-        parameters: [
-            ParamSpec("rate", .int(8000...48000), default: .int(48000), doc: "output sample rate: 8000, 12000, 16000, 24000 or 48000"),
-            ParamSpec("channels", .int(1...2), default: .int(1), doc: "output channels"),
-            ParamSpec("use_fec", .bool, default: .bool(true), doc: "rebuild a lost packet from the next packet's FEC data (false: conceal only)"),
-        ],
-        format: FormatRule(output: { c, _ in
-            AudioFormat(sampleRate: c.int("rate", default: 48000), channels: c.int("channels", default: 1))
-        }),
-        check: { c in
-            let r = c.int("rate", default: 48000)
-            return OpusRates.supported.contains(r) ? [] : ["rate must be 8000, 12000, 16000, 24000 or 48000, got \(r)"]
-        },
-        make: { OpusDecodeNode(config: $0) })
+        configuration: Configuration.self,
+        format: .typed(Configuration.self, output: { c, _ in c.format }),
+        make: { c, _ in OpusDecodeNode(configuration: c) })
 }

@@ -27,14 +27,14 @@ public actor OpusEncodeNode: FrameProcessor {
     private var pendingStart = false
     private var pendingGap = false
 
-    init(config c: NodeConfig) {
-        frameMs = c.int("frame_ms", default: 20)
-        application = c.string("application", default: "voip") == "audio" ? OPUS_APPLICATION_AUDIO : OPUS_APPLICATION_VOIP
-        bitrate = c.int("bitrate").flatMap { $0 > 0 ? $0 : nil }
-        fec = c.bool("fec", default: false)
-        expectedLoss = c.int("expected_loss", default: 10)
-        dtx = c.bool("dtx", default: false)
-        complexity = c.int("complexity")
+    init(configuration c: Configuration) {
+        frameMs = c.frameMs
+        application = c.application == .audio ? OPUS_APPLICATION_AUDIO : OPUS_APPLICATION_VOIP
+        bitrate = c.bitrate > 0 ? c.bitrate : nil
+        fec = c.fec
+        expectedLoss = c.expectedLoss
+        dtx = c.dtx
+        complexity = c.complexity
     }
 
     public func process(_ frame: Frame, context: NodeContext) async throws {
@@ -99,6 +99,37 @@ public actor OpusEncodeNode: FrameProcessor {
         }
     }
 
+    /// libopus application of `opus-encode`.
+    public enum Application: String, Sendable, Decodable, CaseIterable {
+        /// Speech.
+        case voip
+        /// Music and general audio.
+        case audio
+    }
+
+    /// Configuration of `opus-encode`.
+    public struct Configuration: NodeConfiguration {
+        public var bitrate: Int
+        public var frameMs: Int
+        public var fec: Bool
+        public var expectedLoss: Int
+        public var dtx: Bool
+        public var application: Application
+        public var complexity: Int?
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("bitrate", .int(0...512_000), default: 24000, doc: "bits per second; 0 = libopus chooses"),
+            ParamSpec("frame_ms", .int(10...60), default: 20, doc: "packet duration: 10, 20, 40 or 60 ms"),
+            ParamSpec("fec", .bool, default: false, doc: "in-band forward error correction (a decoder can rebuild a lost packet from the next)"),
+            ParamSpec("expected_loss", .int(0...100), default: 10, doc: "packet loss percentage FEC is tuned for"),
+            ParamSpec("dtx", .bool, default: false, doc: "discontinuous transmission: tiny packets during silence"),
+            ParamSpec("application", .choice(Application.allCases.map(\.rawValue)), default: "voip", doc: "voip: speech; audio: music and general audio"),
+            ParamSpec("complexity", .int(0...10), doc: "encoder complexity 0...10 (default: libopus's)"),
+        ]
+        public func problems() -> [String] {
+            [10, 20, 40, 60].contains(frameMs) ? [] : ["frame_ms must be 10, 20, 40 or 60, got \(frameMs)"]
+        }
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "opus-encode",
@@ -106,19 +137,7 @@ public actor OpusEncodeNode: FrameProcessor {
         family: "codecs",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.encoded], codecs: ["opus"], doc: "Opus packets, one per frame_ms")],
-        parameters: [
-            ParamSpec("bitrate", .int(0...512_000), default: .int(24000), doc: "bits per second; 0 = libopus chooses"),
-            ParamSpec("frame_ms", .int(10...60), default: .int(20), doc: "packet duration: 10, 20, 40 or 60 ms"),
-            ParamSpec("fec", .bool, default: .bool(false), doc: "in-band forward error correction (a decoder can rebuild a lost packet from the next)"),
-            ParamSpec("expected_loss", .int(0...100), default: .int(10), doc: "packet loss percentage FEC is tuned for"),
-            ParamSpec("dtx", .bool, default: .bool(false), doc: "discontinuous transmission: tiny packets during silence"),
-            ParamSpec("application", .choice(["voip", "audio"]), default: .string("voip"), doc: "voip: speech; audio: music and general audio"),
-            ParamSpec("complexity", .int(0...10), doc: "encoder complexity 0...10 (default: libopus's)"),
-        ],
-        format: FormatRule(output: { _, _ in nil }, accepts: { _, f in OpusRates.problem(f, node: "opus-encode") }),
-        check: { c in
-            let ms = c.int("frame_ms", default: 20)
-            return [10, 20, 40, 60].contains(ms) ? [] : ["frame_ms must be 10, 20, 40 or 60, got \(ms)"]
-        },
-        make: { OpusEncodeNode(config: $0) })
+        configuration: Configuration.self,
+        format: .typed(Configuration.self, output: { _, _ in nil }, accepts: { _, f in OpusRates.problem(f, node: "opus-encode") }),
+        make: { c, _ in OpusEncodeNode(configuration: c) })
 }

@@ -11,9 +11,9 @@ public actor ResampleNode: FrameProcessor {
     private var outIndex: Int64 = 0
     private var started = false
 
-    init(config c: NodeConfig) {
-        target = (c.int("rate"), c.int("channels"))
-        quality = c.int("quality", default: 5)
+    init(configuration c: Configuration) {
+        target = (c.rate, c.channels)
+        quality = c.quality
     }
 
     public func process(_ frame: Frame, context: NodeContext) async throws {
@@ -44,19 +44,26 @@ public actor ResampleNode: FrameProcessor {
         try await context.send(frame)
     }
 
+    /// Configuration of `resample`.
+    public struct Configuration: NodeConfiguration {
+        public var rate: Int
+        public var channels: Int
+        public var quality: Int
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("rate", .int(1000...384_000), default: 16000, doc: "output sample rate"),
+            ParamSpec("channels", .int(1...8), default: 1, doc: "output channels (average to mix down, copy to mix up)"),
+            ParamSpec("quality", .int(0...10), default: 5, doc: "speexdsp resampler quality: 0 fastest ... 10 best"),
+        ]
+        var format: AudioFormat { AudioFormat(sampleRate: rate, channels: channels) }
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "resample", summary: "Converts sample rate and channel count (speexdsp resampler, streaming)",
         family: "DSP",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.audio])],
-        parameters: [
-            ParamSpec("rate", .int(1000...384_000), default: .int(16000), doc: "output sample rate"),
-            ParamSpec("channels", .int(1...8), default: .int(1), doc: "output channels (average to mix down, copy to mix up)"),
-            ParamSpec("quality", .int(0...10), default: .int(5), doc: "speexdsp resampler quality: 0 fastest ... 10 best"),
-        ],
-        format: FormatRule(output: { c, _ in
-            AudioFormat(sampleRate: c.int("rate", default: 16000), channels: c.int("channels", default: 1))
-        }),
-        make: { ResampleNode(config: $0) })
+        configuration: Configuration.self,
+        format: .typed(Configuration.self, output: { c, _ in c.format }),
+        make: { c, _ in ResampleNode(configuration: c) })
 }

@@ -21,12 +21,12 @@ public actor SlicerNode: FrameProcessor {
     let prefix: String
     private var machine: SlicerStateMachine?
 
-    init(config c: NodeConfig) {
-        mode = SlicerStateMachine.Mode(rawValue: c.string("mode", default: "utterance")) ?? .utterance
-        sliceBytes = c.int("slice_bytes")
-        sliceMs = sliceBytes == nil ? c.int("slice_ms", default: 200) : nil
-        maxMs = c.int("max_utterance_ms") ?? (mode == .utterance ? 60_000 : 0)
-        prefix = c.string("voice_id_prefix") ?? String(UUID().uuidString.lowercased().prefix(8))
+    init(configuration c: Configuration) {
+        mode = c.mode
+        sliceBytes = c.sliceBytes
+        sliceMs = c.sliceBytes == nil ? (c.sliceMs ?? Configuration.defaultSliceMs) : nil
+        maxMs = c.maxUtteranceMs ?? (c.mode == .utterance ? Configuration.defaultMaxUtteranceMs : 0)
+        prefix = c.voiceIdPrefix ?? String(UUID().uuidString.lowercased().prefix(8))
     }
 
     public func process(_ frame: Frame, context: NodeContext) async throws {
@@ -66,6 +66,29 @@ public actor SlicerNode: FrameProcessor {
         }
     }
 
+    /// Configuration of `slicer`.
+    public struct Configuration: NodeConfiguration {
+        public var mode: SlicerStateMachine.Mode
+        public var sliceMs: Int?
+        public var sliceBytes: Int?
+        public var maxUtteranceMs: Int?
+        public var voiceIdPrefix: String?
+        /// Slice length when neither `slice_ms` nor `slice_bytes` is given.
+        static let defaultSliceMs = 200
+        /// `max_utterance_ms` in utterance mode when not given.
+        static let defaultMaxUtteranceMs = 60_000
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("mode", .choice(["utterance", "fixed"]), default: "utterance", doc: "utterance: one flow per VAD utterance; fixed: one flow for the stream"),
+            ParamSpec("slice_ms", .int(1...60_000), doc: "slice length in milliseconds (default 200)"),
+            ParamSpec("slice_bytes", .int(2...10_000_000), doc: "slice length in bytes of s16 audio (instead of slice_ms)"),
+            ParamSpec("max_utterance_ms", .int(0...), doc: "split flows longer than this; default 60000 in utterance mode, unlimited in fixed mode; 0 = unlimited"),
+            ParamSpec("voice_id_prefix", .string, doc: "voice ids are <prefix>-<n>; default: random per run"),
+        ]
+        public func problems() -> [String] {
+            sliceMs != nil && sliceBytes != nil ? ["give slice_ms or slice_bytes, not both"] : []
+        }
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "slicer",
@@ -73,16 +96,7 @@ public actor SlicerNode: FrameProcessor {
         family: "DSP",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.audio], doc: "slices, marked with FrameMarks.slice"), .events],
-        parameters: [
-            ParamSpec("mode", .choice(["utterance", "fixed"]), default: .string("utterance"), doc: "utterance: one flow per VAD utterance; fixed: one flow for the stream"),
-            ParamSpec("slice_ms", .int(1...60_000), doc: "slice length in milliseconds (default 200)"),
-            ParamSpec("slice_bytes", .int(2...10_000_000), doc: "slice length in bytes of s16 audio (instead of slice_ms)"),
-            ParamSpec("max_utterance_ms", .int(0...), doc: "split flows longer than this; default 60000 in utterance mode, unlimited in fixed mode; 0 = unlimited"),
-            ParamSpec("voice_id_prefix", .string, doc: "voice ids are <prefix>-<n>; default: random per run"),
-        ],
+        configuration: Configuration.self,
         format: .passthrough,
-        check: { c in
-            c.has("slice_ms") && c.has("slice_bytes") ? ["give slice_ms or slice_bytes, not both"] : []
-        },
-        make: { SlicerNode(config: $0) })
+        make: { c, _ in SlicerNode(configuration: c) })
 }

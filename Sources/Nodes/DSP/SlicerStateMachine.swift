@@ -16,7 +16,7 @@ import PipelineCore
 ///   (start) or last sample (end)). `discontinuity` rides on the slice holding the frame's first sample.
 public struct SlicerStateMachine: Sendable {
     /// How audio is grouped into flows.
-    public enum Mode: String, Sendable, Hashable {
+    public enum Mode: String, Sendable, Hashable, Decodable {
         /// One flow for the whole stream.
         case fixed
         /// One flow per utterance, from the VAD's in-band marks.

@@ -37,15 +37,15 @@ public actor VADNode: Node {
     private var gateOpen = false
     private var lastEndMarked: Int64 = 0
 
-    init(config c: NodeConfig) {
-        startMs = c.int("start_ms", default: 100)
-        stopMs = c.int("stop_ms", default: 500)
-        preRollMs = c.int("pre_roll_ms", default: 300)
-        gate = c.bool("gate", default: false)
-        endOnSilenceMs = c.int("end_on_silence_ms", default: 0)
+    init(configuration c: Configuration) {
+        startMs = c.startMs
+        stopMs = c.stopMs
+        preRollMs = c.preRollMs
+        gate = c.gate
+        endOnSilenceMs = c.endOnSilenceMs
         var t = SpeechDetector.Thresholds()
-        if let m = c.double("margin_db") { t.marginDB = m }
-        if let a = c.double("min_db") { t.absoluteFloorDB = a }
+        t.marginDB = c.marginDb
+        t.absoluteFloorDB = c.minDb
         thresholds = t
     }
 
@@ -126,6 +126,26 @@ public actor VADNode: Node {
         if count > 0 { held.removeFirst(count) }
     }
 
+    /// Configuration of `vad`.
+    public struct Configuration: NodeConfiguration {
+        public var startMs: Int
+        public var stopMs: Int
+        public var preRollMs: Int
+        public var gate: Bool
+        public var endOnSilenceMs: Int
+        public var marginDb: Double
+        public var minDb: Double
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("start_ms", .int(10...10_000), default: 100, doc: "speech needed to open"),
+            ParamSpec("stop_ms", .int(20...60_000), default: 500, doc: "silence needed to close"),
+            ParamSpec("pre_roll_ms", .int(0...5_000), default: 300, doc: "audio kept before the onset (the start mark goes this far back)"),
+            ParamSpec("gate", .bool, default: false, doc: "pass only speech (with pre-roll and trailing stop_ms)"),
+            ParamSpec("end_on_silence_ms", .int(0...), default: 0, doc: "end the stream after this much silence following speech; 0 = never"),
+            ParamSpec("margin_db", .double(0...40), default: 6.0, doc: "energy above the noise floor needed for speech"),
+            ParamSpec("min_db", .double(-120...0), default: -55.0, doc: "blocks quieter than this (dBFS) are silence"),
+        ]
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "vad",
@@ -133,15 +153,7 @@ public actor VADNode: Node {
         family: "DSP",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.audio], required: false, doc: "the audio, with speech marks (only speech with gate: true)"), .events],
-        parameters: [
-            ParamSpec("start_ms", .int(10...10_000), default: .int(100), doc: "speech needed to open"),
-            ParamSpec("stop_ms", .int(20...60_000), default: .int(500), doc: "silence needed to close"),
-            ParamSpec("pre_roll_ms", .int(0...5_000), default: .int(300), doc: "audio kept before the onset (the start mark goes this far back)"),
-            ParamSpec("gate", .bool, default: .bool(false), doc: "pass only speech (with pre-roll and trailing stop_ms)"),
-            ParamSpec("end_on_silence_ms", .int(0...), default: .int(0), doc: "end the stream after this much silence following speech; 0 = never"),
-            ParamSpec("margin_db", .double(0...40), default: .double(6), doc: "energy above the noise floor needed for speech"),
-            ParamSpec("min_db", .double(-120...0), default: .double(-55), doc: "blocks quieter than this (dBFS) are silence"),
-        ],
+        configuration: Configuration.self,
         format: .passthrough,
-        make: { VADNode(config: $0) })
+        make: { c, _ in VADNode(configuration: c) })
 }

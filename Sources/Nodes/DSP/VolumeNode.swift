@@ -10,8 +10,8 @@ public actor VolumeNode: FrameProcessor {
     private var format: AudioFormat?
     private var origin: Int64 = 0
 
-    init(config c: NodeConfig) {
-        intervalMs = c.int("interval_ms", default: 100)
+    init(configuration c: Configuration) {
+        intervalMs = c.intervalMs
     }
 
     public func process(_ frame: Frame, context: NodeContext) async throws {
@@ -43,15 +43,22 @@ public actor VolumeNode: FrameProcessor {
         return (v * m).rounded() / m
     }
 
+    /// Configuration of `volume`.
+    public struct Configuration: NodeConfiguration {
+        /// Length of audio per `volume` event.
+        public var intervalMs: Int
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("interval_ms", .int(1...60_000), default: 100, doc: "length of audio per volume event"),
+        ]
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "volume", summary: "Level meter: emits volume events (dBFS, level -40...0, rms, peak); audio passes through",
         family: "DSP",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.audio], required: false, doc: "the input audio, untouched"), .events],
-        parameters: [
-            ParamSpec("interval_ms", .int(1...60_000), default: .int(100), doc: "length of audio per volume event"),
-        ],
+        configuration: Configuration.self,
         format: .passthrough,
-        make: { VolumeNode(config: $0) })
+        make: { c, _ in VolumeNode(configuration: c) })
 }

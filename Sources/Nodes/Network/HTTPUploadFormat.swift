@@ -2,7 +2,7 @@ import Foundation
 import PipelineCore
 
 /// What `http-upload` sends: a WAV stream, raw PCM or Ogg Opus.
-public enum HTTPUploadFormat: String, Sendable, CaseIterable {
+public enum HTTPUploadFormat: String, Sendable, CaseIterable, Decodable {
     /// 16-bit PCM WAV; the header's sizes say "unknown" (0xFFFFFFFF) while streaming.
     case wav
     /// Raw s16le PCM.

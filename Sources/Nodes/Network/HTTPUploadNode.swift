@@ -31,15 +31,15 @@ public actor HTTPUploadNode: Node {
         var retryAttempts: Int
         var retryBackoff: Duration
 
-        init(config: NodeConfig) {
-            url = config.string("url") ?? ""
-            headers = config.stringMap("headers")
-            contentType = config.string("content_type")
-            format = HTTPUploadFormat(rawValue: config.string("format") ?? "wav") ?? .wav
-            perUtterance = config.string("per") == "utterance"
-            spoolDir = config.string("spool_dir").flatMap { $0.isEmpty ? nil : $0 }
-            retryAttempts = config.int("retry_attempts", default: 5)
-            retryBackoff = .milliseconds(config.int("retry_backoff_ms", default: 500))
+        init(configuration c: Configuration) {
+            url = c.url
+            headers = c.headers ?? [:]
+            contentType = c.contentType
+            format = c.format
+            perUtterance = c.per == .utterance
+            spoolDir = c.spoolDir.flatMap { $0.isEmpty ? nil : $0 }
+            retryAttempts = c.retryAttempts
+            retryBackoff = .milliseconds(c.retryBackoffMs)
         }
 
         /// The URL without query or user info, fit for events and logs.
@@ -90,8 +90,8 @@ public actor HTTPUploadNode: Node {
     private var spoolFile: HTTPUploadSpoolFile?
     private var uploads = 0
 
-    init(config: NodeConfig) {
-        settings = Settings(config: config)
+    init(configuration: Configuration) {
+        settings = Settings(configuration: configuration)
         encoder = HTTPUploadEncoder(format: settings.format)
     }
 
@@ -281,31 +281,62 @@ public actor HTTPUploadNode: Node {
         return c.string ?? "(invalid url)"
     }
 
+    /// Configuration of `http-upload`.
+    public struct Configuration: NodeConfiguration {
+        /// What each POST covers.
+        public enum Per: String, Sendable, CaseIterable, Decodable {
+            /// One POST for the whole stream.
+            case stream
+            /// One POST per utterance (slicer or VAD marks).
+            case utterance
+        }
+
+        /// `http://` or `https://` URL to POST to.
+        public var url: String
+        /// Extra request headers (never logged).
+        public var headers: [String: String]?
+        /// Content-Type; `nil` = the one of ``format``.
+        public var contentType: String?
+        /// Body format.
+        public var format: HTTPUploadFormat
+        /// One POST per stream or per utterance.
+        public var per: Per
+        /// Where copies of uploads are kept (and failed ones retried from).
+        public var spoolDir: String?
+        /// Retries of a spooled upload.
+        public var retryAttempts: Int
+        /// Delay before the first retry, in milliseconds (doubles each time).
+        public var retryBackoffMs: Int
+        /// The parameters of `http-upload`.
+        public static let parameters = [
+            ParamSpec("url", .string, required: true, doc: "http:// or https:// URL to POST to"),
+            ParamSpec("headers", .stringMap, secret: true, doc: "extra request headers (e.g. Authorization); never logged"),
+            ParamSpec("content_type", .string, doc: "Content-Type (default: audio/wav, audio/L16;rate=..., audio/ogg;codecs=opus)"),
+            ParamSpec("format", .choice(HTTPUploadFormat.allCases.map(\.rawValue)), default: "wav", doc: "wav (streamed header), pcm (raw s16le) or opus (Ogg Opus from opus-encode frames)"),
+            ParamSpec("per", .choice(Per.allCases.map(\.rawValue)), default: "stream", doc: "one POST per stream, or per utterance (slicer/VAD marks)"),
+            ParamSpec("spool_dir", .string, doc: "keep a copy of each upload here; failed uploads stay and are retried"),
+            ParamSpec("retry_attempts", .int(1...100), default: 5, doc: "retries of a spooled upload"),
+            ParamSpec("retry_backoff_ms", .int(1...600_000), default: 500, doc: "delay before the first retry (doubles each time, up to 30 s)"),
+        ]
+
+        /// The URL must be `http://` or `https://` with a host.
+        public func problems() -> [String] {
+            var problems: [String] = []
+            let c = URLComponents(string: url)
+            if !["http", "https"].contains(c?.scheme?.lowercased() ?? "") || (c?.host ?? "").isEmpty {
+                problems.append("url \"\(HTTPUploadNode.redact(url))\": expected an http:// or https:// URL")
+            }
+            return problems
+        }
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "http-upload", summary: "Streams audio to an HTTP server as it is recorded (chunked POST per stream or utterance)",
         family: "sinks",
         inputs: [PortSpec("in", [.audio, .encoded], codecs: ["opus"], doc: "audio (wav, pcm) or Opus frames from opus-encode (opus)")],
         outputs: [.events],
-        parameters: [
-            ParamSpec("url", .string, required: true, doc: "http:// or https:// URL to POST to"),
-            ParamSpec("headers", .stringMap, secret: true, doc: "extra request headers (e.g. Authorization); never logged"),
-            ParamSpec("content_type", .string, doc: "Content-Type (default: audio/wav, audio/L16;rate=..., audio/ogg;codecs=opus)"),
-            ParamSpec("format", .choice(HTTPUploadFormat.allCases.map(\.rawValue)), default: .string("wav"), doc: "wav (streamed header), pcm (raw s16le) or opus (Ogg Opus from opus-encode frames)"),
-            ParamSpec("per", .choice(["stream", "utterance"]), default: .string("stream"), doc: "one POST per stream, or per utterance (slicer/VAD marks)"),
-            ParamSpec("spool_dir", .string, doc: "keep a copy of each upload here; failed uploads stay and are retried"),
-            ParamSpec("retry_attempts", .int(1...100), default: .int(5), doc: "retries of a spooled upload"),
-            ParamSpec("retry_backoff_ms", .int(1...600_000), default: .int(500), doc: "delay before the first retry (doubles each time, up to 30 s)"),
-        ],
+        configuration: Configuration.self,
         format: .none,
-        check: { config in
-            var problems: [String] = []
-            let url = config.string("url") ?? ""
-            let c = URLComponents(string: url)
-            if !["http", "https"].contains(c?.scheme?.lowercased() ?? "") || (c?.host ?? "").isEmpty {
-                problems.append("url \"\(HTTPUploadNode.redact(url))\": expected an http:// or https:// URL")
-            }
-            return problems
-        },
-        make: { HTTPUploadNode(config: $0) })
+        make: { c, _ in HTTPUploadNode(configuration: c) })
 }

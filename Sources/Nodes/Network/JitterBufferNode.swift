@@ -113,26 +113,43 @@ public actor JitterBufferNode: Node {
         d.components.seconds * 1_000_000_000 + d.components.attoseconds / 1_000_000_000
     }
 
+    /// Configuration of `jitter-buffer`.
+    public struct Configuration: NodeConfiguration {
+        /// Smallest target delay beyond the fastest transit.
+        public var minMs: Int
+        /// Largest target delay.
+        public var maxMs: Int
+        /// Packet interval for concealment and adaptation steps.
+        public var frameMs: Int
+        /// `jitter_stats` event period (0 = only at the end).
+        public var statsIntervalMs: Int
+        /// The parameters of `jitter-buffer`.
+        public static let parameters = [
+            ParamSpec("min_ms", .int(0...5000), default: 20, doc: "smallest target delay beyond the fastest transit"),
+            ParamSpec("max_ms", .int(0...5000), default: 200, doc: "largest target delay"),
+            ParamSpec("frame_ms", .int(1...120), default: 20, doc: "packet interval for concealment and adaptation steps"),
+            ParamSpec("stats_interval_ms", .int(0...3_600_000), default: 5000, doc: "jitter_stats event period (0 = only at the end)"),
+        ]
+
+        /// The buffer's settings; throws when the delays and the interval do not fit together.
+        public func bufferConfiguration() throws(JitterBuffer.ConfigurationError) -> JitterBuffer.Configuration {
+            try JitterBuffer.Configuration(minMs: minMs, maxMs: maxMs, frameMs: frameMs)
+        }
+
+        /// `min_ms` must not exceed `max_ms`.
+        public func problems() -> [String] {
+            do { _ = try bufferConfiguration(); return [] } catch { return [error.message] }
+        }
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "jitter-buffer", summary: "Reorders Opus packets from rtp-receive and plays one frame per interval, marking lost ones for concealment",
         family: "DSP",
         inputs: [PortSpec("in", [.encoded], codecs: ["opus"], doc: "Opus packets ordered by pts (from rtp-receive)")],
         outputs: [PortSpec("out", [.encoded], codecs: ["opus"], doc: "one packet per interval; empty payload = lost, conceal it"), .events],
-        parameters: [
-            ParamSpec("min_ms", .int(0...5000), default: .int(20), doc: "smallest target delay beyond the fastest transit"),
-            ParamSpec("max_ms", .int(0...5000), default: .int(200), doc: "largest target delay"),
-            ParamSpec("frame_ms", .int(1...120), default: .int(20), doc: "packet interval for concealment and adaptation steps"),
-            ParamSpec("stats_interval_ms", .int(0...3_600_000), default: .int(5000), doc: "jitter_stats event period (0 = only at the end)"),
-        ],
+        configuration: Configuration.self,
         format: .none,
-        check: { c in
-            do { _ = try JitterBuffer.Configuration(minMs: c.int("min_ms", default: 20), maxMs: c.int("max_ms", default: 200), frameMs: c.int("frame_ms", default: 20)); return [] }
-            catch let error as JitterBuffer.ConfigurationError { return [error.message] } catch { return ["\(error)"] }
-        },
-        make: { c in
-            let configuration = try JitterBuffer.Configuration(minMs: c.int("min_ms", default: 20), maxMs: c.int("max_ms", default: 200),
-                                                                frameMs: c.int("frame_ms", default: 20))
-            return JitterBufferNode(configuration: configuration, statsIntervalMs: c.int("stats_interval_ms", default: 5000))
-        })
+        executor: .realtime,
+        make: { c, _ in JitterBufferNode(configuration: try c.bufferConfiguration(), statsIntervalMs: c.statsIntervalMs) })
 }

@@ -42,13 +42,13 @@ public actor RTPReceiveNode: Node {
     }
     private var source: Source?
 
-    init(config c: NodeConfig) {
-        bindHost = c.string("bind", default: "0.0.0.0")
-        port = c.int("port", default: 5004)
-        payloadType = UInt8(c.int("payload_type", default: 96))
-        configuredSSRC = c.int("ssrc").map { UInt32(truncatingIfNeeded: $0) }
-        sourceTimeoutNanos = Int64(c.int("source_timeout_ms", default: 2000)) * 1_000_000
-        statsIntervalNanos = Int64(c.int("stats_interval_ms", default: 5000)) * 1_000_000
+    init(configuration c: Configuration) {
+        bindHost = c.bind
+        port = c.port
+        payloadType = UInt8(c.payloadType)
+        configuredSSRC = c.ssrc.map { UInt32(truncatingIfNeeded: $0) }
+        sourceTimeoutNanos = Int64(c.sourceTimeoutMs) * 1_000_000
+        statsIntervalNanos = Int64(c.statsIntervalMs) * 1_000_000
     }
 
     public func run(_ context: NodeContext) async throws {
@@ -186,20 +186,39 @@ public actor RTPReceiveNode: Node {
         d.components.seconds * 1_000_000_000 + d.components.attoseconds / 1_000_000_000
     }
 
+    /// Configuration of `rtp-receive`.
+    public struct Configuration: NodeConfiguration {
+        /// Local UDP port (0 = any free one).
+        public var port: Int
+        /// Local address (`::` for IPv6 and IPv4).
+        public var bind: String
+        /// RTP payload type to accept.
+        public var payloadType: Int
+        /// The only source accepted; `nil` = the first heard.
+        public var ssrc: Int?
+        /// Silence after which another source is taken (without `ssrc`).
+        public var sourceTimeoutMs: Int
+        /// `rtp_stats` event period (0 = only at the end).
+        public var statsIntervalMs: Int
+        /// The parameters of `rtp-receive`.
+        public static let parameters = [
+            ParamSpec("port", .int(0...65535), default: 5004, doc: "local UDP port (0 = any free one, see the rtp_listening event)"),
+            ParamSpec("bind", .string, default: "0.0.0.0", doc: "local address; \"::\" for IPv6 and IPv4"),
+            ParamSpec("payload_type", .int(0...127), default: 96, doc: "RTP payload type to accept"),
+            ParamSpec("ssrc", .int(0...4_294_967_295), doc: "accept only this source (default: the first heard)"),
+            ParamSpec("source_timeout_ms", .int(0...3_600_000), default: 2000, doc: "silence after which another source is taken (without ssrc)"),
+            ParamSpec("stats_interval_ms", .int(0...3_600_000), default: 5000, doc: "rtp_stats event period (0 = only at the end)"),
+        ]
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "rtp-receive", summary: "Receives Opus over RTP/UDP (RFC 3550 / RFC 7587), IPv4 or IPv6; feed it to jitter-buffer",
         family: "sources", inputs: [],
         outputs: [PortSpec("out", [.encoded], codecs: ["opus"], doc: "Opus packets in arrival order, pts = RTP timestamp in ns"), .events],
-        parameters: [
-            ParamSpec("port", .int(0...65535), default: .int(5004), doc: "local UDP port (0 = any free one, see the rtp_listening event)"),
-            ParamSpec("bind", .string, default: .string("0.0.0.0"), doc: "local address; \"::\" for IPv6 and IPv4"),
-            ParamSpec("payload_type", .int(0...127), default: .int(96), doc: "RTP payload type to accept"),
-            ParamSpec("ssrc", .int(0...4_294_967_295), doc: "accept only this source (default: the first heard)"),
-            ParamSpec("source_timeout_ms", .int(0...3_600_000), default: .int(2000), doc: "silence after which another source is taken (without ssrc)"),
-            ParamSpec("stats_interval_ms", .int(0...3_600_000), default: .int(5000), doc: "rtp_stats event period (0 = only at the end)"),
-        ],
+        configuration: Configuration.self,
         format: .none,
         defaultOverflow: .dropOldest,
-        make: { RTPReceiveNode(config: $0) })
+        executor: .realtime,
+        make: { c, _ in RTPReceiveNode(configuration: c) })
 }

@@ -20,12 +20,12 @@ public actor RTPSendNode: Node {
     private var sequence: UInt16
     private let timestampBase: UInt32
 
-    init(config c: NodeConfig) {
-        host = c.string("host", default: "127.0.0.1")
-        port = c.int("port", default: 5004)
-        payloadType = UInt8(c.int("payload_type", default: 96))
+    init(configuration c: Configuration) {
+        host = c.host
+        port = c.port
+        payloadType = UInt8(c.payloadType)
         var rng = SystemRandomNumberGenerator()
-        ssrc = c.int("ssrc").map { UInt32(truncatingIfNeeded: $0) } ?? rng.next()
+        ssrc = c.ssrc.map { UInt32(truncatingIfNeeded: $0) } ?? rng.next()
         sequence = rng.next()
         timestampBase = rng.next()
     }
@@ -80,20 +80,35 @@ public actor RTPSendNode: Node {
         }
     }
 
+    /// Configuration of `rtp-send`.
+    public struct Configuration: NodeConfiguration {
+        /// Peer address or name (IPv6 as `::1` or `[::1]`).
+        public var host: String
+        /// Peer UDP port.
+        public var port: Int
+        /// RTP payload type.
+        public var payloadType: Int
+        /// Synchronization source; `nil` = random.
+        public var ssrc: Int?
+        /// The parameters of `rtp-send`.
+        public static let parameters = [
+            ParamSpec("host", .string, default: "127.0.0.1", doc: "peer address or name (IPv6 as ::1 or [::1])"),
+            ParamSpec("port", .int(1...65535), default: 5004, doc: "peer UDP port"),
+            ParamSpec("payload_type", .int(0...127), default: 96, doc: "RTP payload type (dynamic, 96...127)"),
+            ParamSpec("ssrc", .int(0...4_294_967_295), doc: "synchronization source (default: random)"),
+        ]
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "rtp-send", summary: "Sends Opus packets as RTP over UDP (RFC 3550 / RFC 7587), IPv4 or IPv6",
         family: "sinks",
         inputs: [PortSpec("in", [.encoded], codecs: ["opus"], doc: "Opus packets (from opus-encode)")],
         outputs: [],
-        parameters: [
-            ParamSpec("host", .string, default: .string("127.0.0.1"), doc: "peer address or name (IPv6 as ::1 or [::1])"),
-            ParamSpec("port", .int(1...65535), default: .int(5004), doc: "peer UDP port"),
-            ParamSpec("payload_type", .int(0...127), default: .int(96), doc: "RTP payload type (dynamic, 96...127)"),
-            ParamSpec("ssrc", .int(0...4_294_967_295), doc: "synchronization source (default: random)"),
-        ],
+        configuration: Configuration.self,
         format: .none,
-        make: { RTPSendNode(config: $0) })
+        executor: .realtime,
+        make: { c, _ in RTPSendNode(configuration: c) })
 }
 
 #if canImport(Glibc)

@@ -6,7 +6,7 @@ import PipelineCore
 public actor JSONLSinkNode: Node {
     let path: String
 
-    init(config: NodeConfig) { path = config.string("path", default: "-") }
+    init(configuration c: Configuration) { path = c.path }
 
     public func run(_ context: NodeContext) async throws {
         let handle: FileHandle
@@ -31,11 +31,17 @@ public actor JSONLSinkNode: Node {
         }
     }
 
+    /// Configuration of `jsonl-sink`.
+    public struct Configuration: NodeConfiguration {
+        public var path: String
+        public static let parameters: [ParamSpec] = [ParamSpec("path", .string, default: "-", doc: "output file, or - for standard output")]
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "jsonl-sink", summary: "Writes events and text as JSON lines (`-` = stdout)",
         family: "sinks", inputs: [PortSpec("in", [.event, .text])], outputs: [],
-        parameters: [ParamSpec("path", .string, default: .string("-"), doc: "output file, or - for standard output")],
+        configuration: Configuration.self,
         format: .none,
-        make: { JSONLSinkNode(config: $0) })
+        make: { c, _ in JSONLSinkNode(configuration: c) })
 }

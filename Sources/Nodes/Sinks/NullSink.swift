@@ -15,5 +15,5 @@ public final class NullSinkNode: Node {
     public static let descriptor = NodeDescriptor(
         type: "null-sink", summary: "Discards frames (counting them)",
         family: "sinks", inputs: [PortSpec("in", Set(FrameKind.allCases))], outputs: [],
-        parameters: [], format: .none, make: { _ in NullSinkNode() })
+        configuration: NoConfiguration.self, format: .none, make: { _, _ in NullSinkNode() })
 }

@@ -6,7 +6,7 @@ import PipelineCore
 public actor WAVSinkNode: Node {
     let path: String
 
-    init(config: NodeConfig) { path = config.string("path") ?? "out.wav" }
+    init(configuration c: Configuration) { path = c.path }
 
     public func run(_ context: NodeContext) async throws {
         var writer: WAVWriter?
@@ -26,18 +26,25 @@ public actor WAVSinkNode: Node {
         try writer?.close()
     }
 
-    /// Registry entry.
-    public static let descriptor = NodeDescriptor(
-        type: "wav-sink", summary: "Writes audio to a 16-bit PCM WAV file",
-        family: "sinks", inputs: [PortSpec("in", [.audio])], outputs: [],
-        parameters: [
+    /// Configuration of `wav-sink` (`device`, `rate`, `channels`, `frame_ms`, `latency_ms` are accepted
+    /// and ignored, so a playback node can be swapped for a file).
+    public struct Configuration: NodeConfiguration {
+        public var path: String
+        public static let parameters: [ParamSpec] = [
             ParamSpec("path", .string, required: true, doc: "output file"),
             ParamSpec("device", .string, doc: "ignored (accepted so a playback node can be swapped for a file)"),
             ParamSpec("rate", .int, doc: "ignored (the file takes the incoming format)"),
             ParamSpec("channels", .int, doc: "ignored (the file takes the incoming format)"),
             ParamSpec("frame_ms", .int, doc: "ignored"),
             ParamSpec("latency_ms", .int, doc: "ignored"),
-        ],
+        ]
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "wav-sink", summary: "Writes audio to a 16-bit PCM WAV file",
+        family: "sinks", inputs: [PortSpec("in", [.audio])], outputs: [],
+        configuration: Configuration.self,
         format: .none,
-        make: { WAVSinkNode(config: $0) })
+        make: { c, _ in WAVSinkNode(configuration: c) })
 }

@@ -12,20 +12,13 @@ public actor FileSourceNode: Node {
     let target: (rate: Int?, channels: Int?)
     let raw: (format: AudioFormat, encoding: PCMEncoding)?
 
-    init(config: NodeConfig) throws {
-        path = config.string("path") ?? ""
-        frameMs = config.int("frame_ms", default: 20)
-        realtime = config.bool("realtime", default: false)
-        loop = config.bool("loop", default: false)
-        target = (config.int("rate"), config.int("channels"))
-        if case .map(let m)? = config.values["raw"] {
-            let rate = m["rate"].flatMap { if case .int(let i) = $0 { i } else { nil } } ?? 16000
-            let ch = m["channels"].flatMap { if case .int(let i) = $0 { i } else { nil } } ?? 1
-            let enc = PCMEncoding(rawValue: m["encoding"]?.description ?? "s16le") ?? .s16le
-            raw = (AudioFormat(sampleRate: rate, channels: ch), enc)
-        } else {
-            raw = nil
-        }
+    init(configuration c: Configuration) {
+        path = c.path
+        frameMs = c.frameMs
+        realtime = c.realtime
+        loop = c.loop
+        target = (c.rate, c.channels)
+        raw = c.raw.map { ($0.format, $0.encoding) }
     }
 
     public func run(_ context: NodeContext) async throws {
@@ -96,43 +89,74 @@ public actor FileSourceNode: Node {
         try await out.send(frame)
     }
 
-    /// Registry entry.
-    public static let descriptor = NodeDescriptor(
-        type: "file-source", summary: "Reads a WAV or raw PCM file as s16 audio frames",
-        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio])],
-        parameters: [
+    /// Configuration of `file-source`.
+    public struct Configuration: NodeConfiguration {
+        public var path: String
+        public var realtime: Bool
+        public var frameMs: Int
+        public var loop: Bool
+        public var rate: Int?
+        public var channels: Int?
+        public var raw: RawPCM?
+        public var device: String?
+        public var latencyMs: Int?
+        public static let parameters: [ParamSpec] = [
             ParamSpec("path", .string, required: true, doc: "WAV file (PCM 8/16/24/32-bit int, 32/64-bit float) or raw PCM with `raw`"),
-            ParamSpec("realtime", .bool, default: .bool(false), doc: "pace frames at 1x real time instead of as fast as possible"),
-            ParamSpec("frame_ms", .int(1...1000), default: .int(20), doc: "frame length in milliseconds"),
-            ParamSpec("loop", .bool, default: .bool(false), doc: "start over at the end of the file"),
+            ParamSpec("realtime", .bool, default: false, doc: "pace frames at 1x real time instead of as fast as possible"),
+            ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "frame length in milliseconds"),
+            ParamSpec("loop", .bool, default: false, doc: "start over at the end of the file"),
             ParamSpec("rate", .int(1000...384_000), doc: "deliver at this sample rate, resampling (default: the file's)"),
             ParamSpec("channels", .int(1...8), doc: "deliver this many channels, mixing (default: the file's)"),
             ParamSpec("raw", .map, doc: "raw PCM: { rate: 16000, channels: 1, encoding: s16le|s24le|s32le|f32le|f64le|u8 }"),
             ParamSpec("device", .string, doc: "ignored (accepted so a capture node can be swapped for a file)"),
             ParamSpec("latency_ms", .int, doc: "ignored (accepted so a capture node can be swapped for a file)"),
-        ],
-        format: FormatRule(output: { c, _ in
-            var rate = c.int("rate"), ch = c.int("channels")
-            if case .map(let m)? = c.values["raw"] {
-                if rate == nil, case .int(let r)? = m["rate"] { rate = r }
-                if ch == nil, case .int(let n)? = m["channels"] { ch = n }
-                if rate == nil { rate = 16000 }
-                if ch == nil { ch = 1 }
-            }
-            guard let rate, let ch else { return nil }
-            return AudioFormat(sampleRate: rate, channels: ch)
-        }),
-        check: { c in
-            guard case .map(let m)? = c.values["raw"] else { return [] }
+        ]
+
+        /// Paced at 1x, the source is timing-critical; read as fast as possible, it is bulk work.
+        public var executor: ExecutorClass? { realtime ? .realtime : .bulk }
+
+        /// The format delivered, when known before the file is opened.
+        var outputFormat: AudioFormat? {
+            guard let r = rate ?? raw?.format.sampleRate, let ch = channels ?? raw?.format.channels else { return nil }
+            return AudioFormat(sampleRate: r, channels: ch)
+        }
+    }
+
+    /// `raw: { rate, channels, encoding }`: how to read a headerless PCM file.
+    public struct RawPCM: Decodable, Sendable {
+        public var format: AudioFormat
+        public var encoding: PCMEncoding
+
+        public init(from decoder: any Decoder) throws {
+            guard case .map(let m) = try ParamValue(from: decoder) else { throw ConfigurationError("raw: expected a mapping") }
             var problems: [String] = []
-            for (k, v) in m {
-                switch k {
-                case "rate", "channels": if case .int = v {} else { problems.append("raw.\(k): expected an integer") }
-                case "encoding": if PCMEncoding(rawValue: v.description) == nil { problems.append("raw.encoding: expected one of \(PCMEncoding.allCases.map(\.rawValue).joined(separator: ", "))") }
+            var rate = 16000, channels = 1, encoding = PCMEncoding.s16le
+            for k in m.keys.sorted() {
+                let v = m[k]!
+                switch (k, v) {
+                case ("rate", .int(let r)) where (1000...384_000).contains(r): rate = r
+                case ("channels", .int(let n)) where (1...8).contains(n): channels = n
+                case ("rate", _): problems.append("raw.rate: expected an integer in 1000...384000")
+                case ("channels", _): problems.append("raw.channels: expected an integer in 1...8")
+                case ("encoding", _):
+                    if let e = PCMEncoding(rawValue: v.description) { encoding = e } else {
+                        problems.append("raw.encoding: expected one of \(PCMEncoding.allCases.map(\.rawValue).joined(separator: ", "))")
+                    }
                 default: problems.append("raw: unknown key '\(k)'; expected rate, channels, encoding")
                 }
             }
-            return problems
-        },
-        make: { try FileSourceNode(config: $0) })
+            if !problems.isEmpty { throw ConfigurationError(problems.joined(separator: "; ")) }
+            self.format = AudioFormat(sampleRate: rate, channels: channels)
+            self.encoding = encoding
+        }
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "file-source", summary: "Reads a WAV or raw PCM file as s16 audio frames",
+        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio])],
+        configuration: Configuration.self,
+        format: .typed(Configuration.self, output: { c, _ in c.outputFormat }),
+        executor: .realtime,
+        make: { c, _ in FileSourceNode(configuration: c) })
 }

@@ -4,7 +4,8 @@ import PipelineCore
 /// `tone-source`: a sine, silence or white noise at a level in dBFS (a full-scale sine is 0 dBFS,
 /// as in AES17; noise has the RMS of a sine at that level).
 public actor ToneSourceNode: Node {
-    enum Wave: String { case sine, silence, noise }
+    /// Waveform of `tone-source`.
+    public enum Wave: String, Sendable, Decodable, CaseIterable { case sine, silence, noise }
     let wave: Wave
     let frequency: Double
     let level: Double
@@ -14,15 +15,15 @@ public actor ToneSourceNode: Node {
     let frameMs: Int
     var rng: UInt64
 
-    init(config c: NodeConfig) {
-        wave = Wave(rawValue: c.string("wave", default: "sine")) ?? .sine
-        frequency = c.double("frequency", default: 440)
-        level = c.double("level_db", default: -20)
-        format = AudioFormat(sampleRate: c.int("rate", default: 16000), channels: c.int("channels", default: 1))
-        durationMs = c.int("duration_ms", default: 0)
-        realtime = c.bool("realtime", default: true)
-        frameMs = c.int("frame_ms", default: 20)
-        rng = UInt64(c.int("seed", default: 1)) | 1
+    init(configuration c: Configuration) {
+        wave = c.wave
+        frequency = c.frequency
+        level = c.levelDb
+        format = c.format
+        durationMs = c.durationMs
+        realtime = c.realtime
+        frameMs = c.frameMs
+        rng = UInt64(bitPattern: Int64(c.seed)) | 1
     }
 
     /// Standard normal deviate (Box–Muller on a xorshift generator; deterministic per seed).
@@ -69,26 +70,42 @@ public actor ToneSourceNode: Node {
         }
     }
 
+    /// Configuration of `tone-source`.
+    public struct Configuration: NodeConfiguration {
+        public var wave: Wave
+        public var frequency: Double
+        public var levelDb: Double
+        public var rate: Int
+        public var channels: Int
+        public var durationMs: Int
+        public var realtime: Bool
+        public var frameMs: Int
+        public var seed: Int
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("wave", .choice(Wave.allCases.map(\.rawValue)), default: "sine", doc: "waveform"),
+            ParamSpec("frequency", .double(1...200_000), default: 440.0, doc: "sine frequency in Hz"),
+            ParamSpec("level_db", .double(-200...0), default: -20.0, doc: "level in dBFS (full-scale sine = 0)"),
+            ParamSpec("rate", .int(1000...384_000), default: 16000, doc: "sample rate"),
+            ParamSpec("channels", .int(1...8), default: 1, doc: "channels (the same signal on each)"),
+            // Bounded so that the length in samples cannot overflow (about 1,000 days at 384 kHz).
+            ParamSpec("duration_ms", .int(0...86_400_000_000), default: 0, doc: "length; 0 = endless"),
+            ParamSpec("realtime", .bool, default: true, doc: "pace at 1x real time"),
+            ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "frame length in milliseconds"),
+            ParamSpec("seed", .int, default: 1, doc: "noise generator seed"),
+        ]
+        /// Paced at 1x, the source is timing-critical; read as fast as possible, it is bulk work.
+        public var executor: ExecutorClass? { realtime ? .realtime : .bulk }
+
+        var format: AudioFormat { AudioFormat(sampleRate: rate, channels: channels) }
+    }
+
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "tone-source", summary: "Generates a sine, silence or white noise",
         family: "sources", inputs: [], outputs: [PortSpec("out", [.audio])],
-        parameters: [
-            ParamSpec("wave", .choice(["sine", "silence", "noise"]), default: .string("sine"), doc: "waveform"),
-            ParamSpec("frequency", .double(1...200_000), default: .double(440), doc: "sine frequency in Hz"),
-            ParamSpec("level_db", .double(-200...0), default: .double(-20), doc: "level in dBFS (full-scale sine = 0)"),
-            ParamSpec("rate", .int(1000...384_000), default: .int(16000), doc: "sample rate"),
-            ParamSpec("channels", .int(1...8), default: .int(1), doc: "channels (the same signal on each)"),
-            ParamSpec("duration_ms", .int(0...), default: .int(0), doc: "length; 0 = endless"),
-            ParamSpec("realtime", .bool, default: .bool(true), doc: "pace at 1x real time"),
-            ParamSpec("frame_ms", .int(1...1000), default: .int(20), doc: "frame length in milliseconds"),
-            ParamSpec("seed", .int, default: .int(1), doc: "noise generator seed"),
-        ],
-        format: .fromParameters(rate: 16000, channels: 1),
+        configuration: Configuration.self,
+        format: .typed(Configuration.self, output: { c, _ in c.format }),
         defaultOverflow: .block,
-        make: { ToneSourceNode(config: $0) })
-}
-
-extension ParamType {
-    static func int(_ r: PartialRangeFrom<Int>) -> ParamType { .int(r.lowerBound...Int.max) }
+        executor: .realtime,
+        make: { c, _ in ToneSourceNode(configuration: c) })
 }

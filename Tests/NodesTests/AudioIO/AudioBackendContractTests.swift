@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import VoicepipeTesting
 import Testing
 @testable import Nodes
 
@@ -68,7 +69,7 @@ struct AudioBackendContractTests {
 
     @Test("a missing device throws device_not_found naming the backend", arguments: AudioBackendKind.allCases)
     func missing(backend: AudioBackendKind) async throws {
-        if backend != .memory { try AudioTestEnv.requireDaemon() }
+        if backend != .memory { try AudioTestEnv.requireDaemon() } else { MemoryAudio.install() }
         let spec = spec(backend, "vp_absent_device")
         let error = await #expect(throws: NodeError.self) {
             try await offPool { _ = try AudioBackends.openCapture(spec) }

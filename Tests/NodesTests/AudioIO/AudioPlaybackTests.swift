@@ -74,4 +74,23 @@ struct AudioPlaybackTests {
         let m = AudioMatch.locate(reference, in: recorded)
         #expect(m.coefficient > 0.8, "correlation \(m.coefficient)")
     }
+
+    @Test("pulse-sink holds its queue against the device clock and reports clock_drift_ppm (system clock on both sides: near 0)")
+    func driftIsMeasured() async throws {
+        let sink = try await PrivateSink.make()
+        defer { sink.close() }
+        let pipeline = try Pipeline(yaml: """
+            version: 1
+            nodes:
+              src: { type: tone-source, frequency: 1000, duration_ms: 4000, realtime: true }
+              spk: { type: pulse-sink, device: "\(sink.name)", latency_ms: 20 }
+            links:
+              - src -> spk
+            """, registry: BuiltinNodes.registry())
+        _ = try await runPipeline(pipeline, timeout: .seconds(20))
+        let drift = try #require(pipeline.nodeStats.first { $0.id == "spk" }?.gauges["clock_drift_ppm"])
+        #expect(abs(drift) < 300, "drift \(drift) ppm")
+        let off = try #require(pipeline.nodeStats.first { $0.id == "spk" })
+        #expect(off.counters["underruns", default: 0] == 0)
+    }
 }

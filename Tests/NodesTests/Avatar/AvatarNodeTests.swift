@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import VoicepipeTesting
 import Testing
 @testable import Nodes
 

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import VoicepipeTesting
 import Testing
 @testable import Nodes
 
@@ -60,7 +61,7 @@ struct CodecNodeTests {
     }
 
     @Test func opusEncodeRefusesOddRatesNamingResample() throws {
-        let config = NodeConfig(id: "enc", type: "opus-encode", values: [:])
+        let config = try OpusEncodeNode.Configuration.decode()
         let msg = try #require(OpusEncodeNode.descriptor.format.accepts(config, AudioFormat(sampleRate: 44100, channels: 1)))
         #expect(msg.contains("resample") && msg.contains("48000"))
         #expect(OpusEncodeNode.descriptor.format.accepts(config, AudioFormat(sampleRate: 16000, channels: 2)) == nil)

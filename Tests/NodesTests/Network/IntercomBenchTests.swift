@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PipelineCore
+import VoicepipeTesting
 @testable import Nodes
 
 /// Mouth-to-ear latency on loopback, for bench/intercom-latency.sh (off unless VOICEPIPE_BENCH=1;
@@ -25,8 +26,7 @@ struct IntercomBenchTests {
         let relay = try UDPRelay(impairment: RTPImpairment(jitterMs: jitterMs, seed: 5))
         let sent = RTPFrameLog(), heard = RTPFrameLog()
         var registry = RTPTapNode.registry(sent)
-        registry.register(NodeDescriptor(type: "rtp-test-tap-2", summary: "records frames", inputs: [PortSpec("in", [.audio])],
-                                         outputs: [], format: .none, make: { _ in RTPTapNode(log: heard) }))
+        registry.register(RTPTapNode.descriptor(type: "rtp-test-tap-2", heard))
         let minMs = ProcessInfo.processInfo.environment["JB_MIN_MS"] ?? "20"
         let yaml = """
         version: 1
@@ -55,7 +55,8 @@ struct IntercomBenchTests {
             var out: [ContinuousClock.Instant] = []
             var quietUntil = -1
             var position = 0
-            for (frame, t) in log.all {
+            for entry in log.entries {
+                let (frame, t) = (entry.frame, entry.arrival)
                 guard let a = frame.audio else { continue }
                 // A captured frame leaves the source when complete; a sink starts playing a frame when it gets it.
                 let frameStart = deliveredWhenComplete ? t - .milliseconds(20) : t

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PipelineCore
+import VoicepipeTesting
 @testable import Nodes
 
 /// Sends a chirp through opus-encode → rtp-send → (impairing relay) → rtp-receive → jitter-buffer
@@ -65,7 +66,7 @@ struct RTPLeg {
         let report = try #require(reportBox.current)
         let (_, samples) = try readWAV(output)
         return RTPLeg(sent: signal, received: samples, events: events, relay: report,
-                      buffered: log.all.map(\.frame).filter { $0.encoded != nil })
+                      buffered: log.frames.filter { $0.encoded != nil })
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import VoicepipeTesting
 import Synchronization
 import Testing
 @testable import Nodes
@@ -193,37 +194,11 @@ func startPipeline(_ pipeline: Pipeline) -> Task<[Event], any Error> {
     }
 }
 
-/// Frames collected by a ``FrameCollector``, with their arrival times.
-final class FrameBox: Sendable {
-    private let state = Mutex<[(Frame, ContinuousClock.Instant)]>([])
-    func add(_ f: Frame) { state.withLock { $0.append((f, .now)) } }
-    var frames: [Frame] { state.withLock { $0.map(\.0) } }
-    var arrivals: [(Frame, ContinuousClock.Instant)] { state.withLock { $0 } }
-}
+/// Frames collected by a `frame-collector` sink, with their arrival times (the testing kit's recorder).
+typealias FrameBox = FrameRecorder
 
-/// A test sink that keeps every frame; with `stall_ms` it stops reading for that long after the
-/// first frame (a stalled consumer).
-final class FrameCollector: Node {
-    let box: FrameBox
-    let stallMs: Int
-    init(box: FrameBox, stallMs: Int) { self.box = box; self.stallMs = stallMs }
-
-    func run(_ context: NodeContext) async throws {
-        var first = true
-        for await frame in context.input() {
-            box.add(frame)
-            if first && stallMs > 0 {
-                first = false
-                try? await Task.sleep(for: .milliseconds(stallMs))
-            }
-        }
-    }
-
-    static func descriptor(_ box: FrameBox) -> NodeDescriptor {
-        NodeDescriptor(type: "frame-collector", summary: "keeps frames (tests)", family: "sinks",
-                       inputs: [PortSpec("in", [.audio, .event])], outputs: [],
-                       parameters: [ParamSpec("stall_ms", .int, default: .int(0), doc: "stop reading after the first frame")],
-                       format: .none,
-                       make: { c in FrameCollector(box: box, stallMs: c.int("stall_ms", default: 0)) })
-    }
+/// `frame-collector`: the testing kit's collecting sink; `stall_ms` stops it reading for that long
+/// after the first frame (a stalled consumer).
+enum FrameCollector {
+    static func descriptor(_ box: FrameBox) -> NodeDescriptor { CollectingSink.descriptor(type: "frame-collector", recorder: box) }
 }

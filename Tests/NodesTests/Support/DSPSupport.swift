@@ -1,36 +1,18 @@
 import Foundation
 import PipelineCore
 import Synchronization
+import VoicepipeTesting
 @testable import Nodes
 
-/// Frames received by a `dsp-collect` sink.
-final class DSPFrameLog: Sendable {
-    private let frames = Mutex<[Frame]>([])
-    func add(_ f: Frame) { frames.withLock { $0.append(f) } }
-    var all: [Frame] { frames.withLock { $0 } }
-    /// Audio frames only.
-    var audio: [Frame] { all.filter { $0.audio != nil } }
-    /// All audio samples, concatenated.
-    var samples: [Int16] { audio.flatMap { $0.audio!.samples } }
-    /// Encoded frames only.
-    var encoded: [Frame] { all.filter { $0.encoded != nil } }
-}
-
-/// A sink that keeps every frame it receives.
-actor DSPCollectNode: FrameProcessor {
-    let log: DSPFrameLog
-    init(log: DSPFrameLog) { self.log = log }
-    func process(_ frame: Frame, context: NodeContext) async throws { log.add(frame) }
-}
+/// Frames received by a `dsp-collect` sink (the testing kit's recorder).
+typealias DSPFrameLog = FrameRecorder
 
 enum DSPFixtures {
     /// The built-in registry plus a `dsp-collect` sink feeding `log`.
     static func registry(_ log: DSPFrameLog, more: [String: DSPFrameLog] = [:]) -> NodeRegistry {
         var r = BuiltinNodes.registry()
         for (type, l) in more.merging(["dsp-collect": log], uniquingKeysWith: { a, _ in a }) {
-            r.register(NodeDescriptor(type: type, summary: "test sink", family: "sinks",
-                                      inputs: [PortSpec("in", [.audio, .encoded, .text, .event])], outputs: [],
-                                      format: .none, make: { _ in DSPCollectNode(log: l) }))
+            r.register(CollectingSink.descriptor(type: type, recorder: l))
         }
         return r
     }

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import PipelineCore
+import VoicepipeTesting
 import Synchronization
 @testable import Nodes
 
@@ -137,23 +138,18 @@ final class UDPRelay: Sendable {
     }
 }
 
-/// Frames seen at one point of a graph, with their arrival times.
-final class RTPFrameLog: Sendable {
-    private let frames = Mutex<[(frame: Frame, at: ContinuousClock.Instant)]>([])
-    func add(_ f: Frame) { let t = ContinuousClock.now; frames.withLock { $0.append((f, t)) } }
-    var all: [(frame: Frame, at: ContinuousClock.Instant)] { frames.withLock { $0 } }
-}
+/// Frames seen at one point of a graph, with their arrival times (the testing kit's recorder).
+typealias RTPFrameLog = FrameRecorder
 
-/// `rtp-test-tap`: records every frame it gets (a test-only sink).
-actor RTPTapNode: FrameProcessor {
-    let log: RTPFrameLog
-    init(log: RTPFrameLog) { self.log = log }
-    func process(_ frame: Frame, context: NodeContext) async throws { log.add(frame) }
+/// `rtp-test-tap`: the testing kit's collecting sink under the name the RTP graphs use.
+enum RTPTapNode {
+    static func descriptor(type: String = "rtp-test-tap", _ log: RTPFrameLog) -> NodeDescriptor {
+        CollectingSink.descriptor(type: type, recorder: log)
+    }
 
     static func registry(_ log: RTPFrameLog) -> NodeRegistry {
         var r = BuiltinNodes.registry()
-        r.register(NodeDescriptor(type: "rtp-test-tap", summary: "records frames", inputs: [PortSpec("in", [.encoded, .audio, .event])],
-                                  outputs: [], format: .none, make: { _ in RTPTapNode(log: log) }))
+        r.register(descriptor(log))
         return r
     }
 }

@@ -1,41 +1,22 @@
 import Foundation
 import PipelineCore
 import Synchronization
+import VoicepipeTesting
 
-/// A source that sends `count` audio frames of `samples` samples each (value = frame index).
-final class ScriptedSource: Node {
-    let count: Int
-    let samples: Int
-    let delayMs: Int
-    init(count: Int, samples: Int, delayMs: Int) { self.count = count; self.samples = samples; self.delayMs = delayMs }
-    func run(_ context: NodeContext) async throws {
-        let format = AudioFormat(sampleRate: 16000, channels: 1)
-        for i in 0..<count {
-            if delayMs > 0 { try await context.clock.sleep(for: .milliseconds(delayMs)) }
-            try await context.send(.audio([Int16](repeating: Int16(truncatingIfNeeded: i), count: samples), format: format, sampleIndex: Int64(i * samples)))
-        }
-    }
+/// Audio frame `i` of `samples` samples (value = frame index).
+func indexedFrame(_ i: Int, samples: Int) -> Frame {
+    .audio([Int16](repeating: Int16(truncatingIfNeeded: i), count: samples), format: AudioFormat(sampleRate: 16000, channels: 1),
+           sampleIndex: Int64(i) * Int64(samples))
 }
 
-/// Records what a sink received, shared with the test.
-final class Recorder: Sendable {
-    private let frames = Mutex<[Frame]>([])
-    func append(_ f: Frame) { frames.withLock { $0.append(f) } }
-    var all: [Frame] { frames.withLock { $0 } }
-    var values: [Int16] { all.compactMap { $0.audio?.samples.first } }
-}
+/// `count` audio frames of `samples` samples each (value = frame index).
+func indexedFrames(count: Int, samples: Int) -> [Frame] { (0..<count).map { indexedFrame($0, samples: samples) } }
 
-/// A sink that records frames, optionally slowly.
-final class CollectingSink: Node {
-    let recorder: Recorder
-    let delayMs: Int
-    init(recorder: Recorder, delayMs: Int) { self.recorder = recorder; self.delayMs = delayMs }
-    func run(_ context: NodeContext) async throws {
-        for await f in context.input() {
-            if delayMs > 0 { try? await Task.sleep(for: .milliseconds(delayMs)) }
-            recorder.append(f)
-        }
-    }
+extension FrameRecorder {
+    /// The first sample of each audio frame (the frame index for ``indexedFrames(count:samples:)``).
+    var values: [Int16] { frames.compactMap { $0.audio?.samples.first } }
+    /// Every frame so far.
+    var all: [Frame] { frames }
 }
 
 /// Passes frames through.
@@ -62,14 +43,9 @@ final class Flaky: Node {
 
 /// Shared state keyed by test, so factories can reach recorders.
 final class TestBoard: Sendable {
-    let recorders = Mutex<[String: Recorder]>([:])
+    let recorders = FrameRecorders()
     let flaky = Mutex<[String: Flaky]>([:])
-    func recorder(_ key: String) -> Recorder {
-        recorders.withLock { r in
-            if let x = r[key] { return x }
-            let x = Recorder(); r[key] = x; return x
-        }
-    }
+    func recorder(_ key: String) -> FrameRecorder { recorders[key] }
 }
 
 let board = TestBoard()
@@ -85,12 +61,16 @@ func testRegistry() -> NodeRegistry {
                      ParamSpec("delay_ms", .int, default: .int(0), doc: "delay before each frame"),
                      ParamSpec("rate", .int, default: .int(16000), doc: "rate")],
         format: .fromParameters(rate: 16000, channels: 1),
-        make: { c in ScriptedSource(count: c.int("count", default: 10), samples: c.int("samples", default: 320), delayMs: c.int("delay_ms", default: 0)) }))
-    r.register(NodeDescriptor(
-        type: "collect", summary: "test sink", family: "sinks", inputs: [PortSpec("in", [.audio, .event, .text])], outputs: [],
-        parameters: [ParamSpec("key", .string, required: true, doc: "recorder key"), ParamSpec("delay_ms", .int, default: .int(0), doc: "per-frame delay")],
-        format: .none,
-        make: { c in CollectingSink(recorder: board.recorder(c.string("key")!), delayMs: c.int("delay_ms", default: 0)) }))
+        make: { c in
+            let samples = c.int("samples", default: 320)
+            return ScriptedSource(count: c.int("count", default: 10), interval: .milliseconds(c.int("delay_ms", default: 0))) {
+                indexedFrame($0, samples: samples)
+            }
+        }))
+    // The kit's collecting sink, with `key` required as these tests' graphs expect.
+    var collect = CollectingSink.descriptor(type: "collect", recorders: board.recorders)
+    collect.parameters[0] = ParamSpec("key", .string, required: true, doc: "recorder key")
+    r.register(collect)
     r.register(NodeDescriptor(type: "pass", summary: "pass-through", family: "DSP", make: { _ in PassThrough() }))
     r.register(NodeDescriptor(
         type: "flaky", summary: "fails", family: "DSP",

@@ -6,7 +6,7 @@ actor GainNode: FrameProcessor {
     let factor: Double
     var clipped: UInt64 = 0
 
-    init(db: Double) { factor = pow(10, db / 20) }
+    init(configuration: Configuration) { factor = pow(10, configuration.db / 20) }
 
     func process(_ frame: Frame, context: NodeContext) async throws {
         guard var audio = frame.audio else { return try await context.send(frame) }
@@ -25,10 +25,17 @@ actor GainNode: FrameProcessor {
         try await context.emit("gain_done", [("clipped", .int(Int64(clipped)))])
     }
 
+    /// The node's configuration: the parameter schema is declared once, here; the validator checks
+    /// the graph's values against it and decodes the struct before anything runs.
+    struct Configuration: NodeConfiguration {
+        var db: Double
+        static let parameters: [ParamSpec] = [ParamSpec("db", .double(-96...48), default: 0.0, doc: "gain in dB")]
+    }
+
     static let descriptor = NodeDescriptor(
         type: "gain", summary: "Amplifies or attenuates audio by a number of dB", family: "custom",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.audio]), .events],
-        parameters: [ParamSpec("db", .double(-96...48), default: .double(0), doc: "gain in dB")],
-        make: { GainNode(db: $0.double("db", default: 0)) })
+        configuration: Configuration.self,
+        make: { c, _ in GainNode(configuration: c) })
 }

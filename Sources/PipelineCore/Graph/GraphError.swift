@@ -1,0 +1,64 @@
+/// A position in a graph file.
+public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
+    /// File path as given (or `<string>` / `<command line>`).
+    public var file: String
+    /// Line from 1 (0 when unknown).
+    public var line: Int
+    /// Column from 1 (0 when unknown).
+    public var column: Int
+
+    /// Creates a location.
+    public init(file: String, line: Int, column: Int) {
+        self.file = file
+        self.line = line
+        self.column = column
+    }
+
+    public var description: String { line > 0 ? "\(file):\(line):\(column)" : file }
+}
+
+/// One problem found in a graph, with where it is and which node it concerns.
+public struct GraphIssue: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The kind of problem.
+    public enum Kind: String, Sendable, Hashable {
+        case syntax, unknownType = "unknown_type", unknownParameter = "unknown_parameter"
+        case missingParameter = "missing_parameter", invalidParameter = "invalid_parameter"
+        case duplicateID = "duplicate_id", unknownNode = "unknown_node", unknownPort = "unknown_port"
+        case incompatibleLink = "incompatible_link", cycle, unconnectedInput = "unconnected_input"
+        case invalidLink = "invalid_link", undefinedVariable = "undefined_variable", invalidOverride = "invalid_override"
+        case structure, plugin
+    }
+    /// The kind of problem.
+    public var kind: Kind
+    /// Where.
+    public var location: SourceLocation
+    /// The node concerned, if any.
+    public var node: String?
+    /// What is wrong and what was expected.
+    public var message: String
+
+    /// Creates an issue.
+    public init(_ kind: Kind, at location: SourceLocation, node: String? = nil, _ message: String) {
+        self.kind = kind
+        self.location = location
+        self.node = node
+        self.message = message
+    }
+
+    public var description: String {
+        "\(location): " + (node.map { "node '\($0)': " } ?? "") + message
+    }
+}
+
+/// Every problem found in a graph, reported at once. `voicepipe` exits with code 2 on this error.
+public struct GraphError: Error, Sendable, CustomStringConvertible {
+    /// The problems, in file order.
+    public var issues: [GraphIssue]
+
+    /// Creates the error.
+    public init(_ issues: [GraphIssue]) { self.issues = issues }
+
+    public var description: String {
+        issues.map(\.description).joined(separator: "\n")
+    }
+}

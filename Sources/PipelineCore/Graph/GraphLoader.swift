@@ -1,0 +1,374 @@
+import Foundation
+import Yams
+
+typealias YNode = Yams.Node
+
+/// A `--set ID.KEY=VALUE` override.
+public struct Override: Sendable, Hashable {
+    /// Node id.
+    public var node: String
+    /// Parameter name (`type` swaps the node's type).
+    public var key: String
+    /// Value as text; parsed like a YAML scalar (`16000` is an integer, `true` a boolean).
+    public var value: String
+
+    /// Parses `ID.KEY=VALUE`.
+    public init(parsing text: String) throws {
+        guard let eq = text.firstIndex(of: "="), let dot = text[..<eq].firstIndex(of: ".") else {
+            throw GraphError([GraphIssue(.invalidOverride, at: SourceLocation(file: "<command line>", line: 0, column: 0),
+                                         "--set \(text): expected ID.KEY=VALUE")])
+        }
+        node = String(text[..<dot])
+        key = String(text[text.index(after: dot)..<eq])
+        value = String(text[text.index(after: eq)...])
+    }
+
+    /// Creates an override.
+    public init(node: String, key: String, value: String) {
+        self.node = node
+        self.key = key
+        self.value = value
+    }
+}
+
+/// Reads graph files: `${VAR}` substitution, YAML parsing with positions, `--set` overrides.
+public enum GraphLoader {
+    /// Default queue capacity of a link that does not give one.
+    public static let defaultCapacity = 32
+
+    /// Loads a graph file from disk.
+    public static func load(path: String, environment: [String: String] = ProcessInfo.processInfo.environment,
+                            overrides: [Override] = []) throws -> GraphSpec {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw GraphError([GraphIssue(.structure, at: SourceLocation(file: path, line: 0, column: 0),
+                                         "cannot read graph file (does it exist?)")])
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw GraphError([GraphIssue(.syntax, at: SourceLocation(file: path, line: 0, column: 0), "graph file is not UTF-8 text")])
+        }
+        return parse(text, file: path, environment: environment, overrides: overrides)
+    }
+
+    /// Parses graph text. Problems are collected in the result's `issues`, never thrown.
+    public static func parse(_ text: String, file: String = "<string>",
+                             environment: [String: String] = ProcessInfo.processInfo.environment,
+                             overrides: [Override] = []) -> GraphSpec {
+        var spec = GraphSpec(file: file, name: "", nodes: [], links: [], issues: [], warnings: [])
+        spec.environment = environment
+        let substituted = substitute(text, file: file, environment: environment, issues: &spec.issues)
+        guard let root = compose(substituted, file: file, issues: &spec.issues) else { return spec }
+        guard let top = root.mapping else {
+            spec.issues.append(GraphIssue(.structure, at: loc(root, file), "a graph is a mapping with `nodes:` and `links:`"))
+            return spec
+        }
+        for (k, v) in top {
+            switch k.string ?? "" {
+            case "version":
+                if v.int != 1 { spec.issues.append(GraphIssue(.structure, at: loc(v, file), "unsupported version \(v.string ?? "?"); expected 1")) }
+            case "name": spec.name = v.string ?? ""
+            case "nodes": parseNodes(v, file: file, into: &spec)
+            case "links": parseLinks(v, file: file, into: &spec)
+            case "plugins": parsePlugins(v, file: file, into: &spec)
+            case "latency_budget_ms":
+                if let ms = v.int, (1...600_000).contains(ms) { spec.latencyBudgetMs = ms } else {
+                    spec.issues.append(GraphIssue(.structure, at: loc(v, file), "latency_budget_ms: expected an integer in 1...600000 (milliseconds), got '\(v.string ?? "?")'"))
+                }
+            default:
+                spec.issues.append(GraphIssue(.structure, at: loc(k, file), "unknown top-level key '\(k.string ?? "?")'; expected version, name, plugins, latency_budget_ms, nodes, links"))
+            }
+        }
+        if top["nodes"] == nil {
+            spec.issues.append(GraphIssue(.structure, at: loc(root, file), "missing `nodes:`"))
+        }
+        apply(overrides, to: &spec)
+        return spec
+    }
+
+    // MARK: - Substitution
+
+    /// Replaces `${VAR}` and `${VAR:-default}`; `$$` stands for a literal `$`.
+    static func substitute(_ text: String, file: String, environment: [String: String], issues: inout [GraphIssue]) -> String {
+        guard text.contains("$") else { return text }
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        var line = 1, column = 1
+        var i = text.startIndex
+        while i < text.endIndex {
+            let c = text[i]
+            if c == "$" {
+                let next = text.index(after: i)
+                if next < text.endIndex, text[next] == "$" {
+                    out.append("$"); i = text.index(after: next); column += 2; continue
+                }
+                if next < text.endIndex, text[next] == "{", let close = text[next...].firstIndex(of: "}") {
+                    let body = String(text[text.index(after: next)..<close])
+                    let name: String, fallback: String?
+                    if let r = body.range(of: ":-") {
+                        name = String(body[..<r.lowerBound]); fallback = String(body[r.upperBound...])
+                    } else {
+                        name = body; fallback = nil
+                    }
+                    if let v = environment[name], !(v.isEmpty && fallback != nil) {
+                        out += v
+                    } else if let fallback {
+                        out += fallback
+                    } else {
+                        issues.append(GraphIssue(.undefinedVariable, at: SourceLocation(file: file, line: line, column: column),
+                                                 "environment variable \(name) is not set and has no default (write ${\(name):-default})"))
+                    }
+                    column += text[i...close].count
+                    i = text.index(after: close)
+                    continue
+                }
+            }
+            out.append(c)
+            if c == "\n" { line += 1; column = 1 } else { column += 1 }
+            i = text.index(after: i)
+        }
+        return out
+    }
+
+    // MARK: - YAML
+
+    static func compose(_ text: String, file: String, issues: inout [GraphIssue]) -> YNode? {
+        var text = text
+        for _ in 0..<20 {
+            do {
+                return try Yams.compose(yaml: text)
+            } catch let YamlError.duplicatedKeysInMapping(duplicates, context) {
+                // Report each duplicate and rename its later occurrences so the rest can still be checked.
+                var renamed = false
+                for key in duplicates {
+                    let lines = text.components(separatedBy: "\n")
+                    var seen = 0
+                    var newLines = lines
+                    for (n, l) in lines.enumerated() {
+                        let trimmed = l.drop(while: { $0 == " " })
+                        if trimmed.hasPrefix(key + ":") || trimmed.hasPrefix("\"\(key)\":") {
+                            seen += 1
+                            if seen > 1 {
+                                let col = l.count - trimmed.count + 1
+                                issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: n + 1, column: col), node: key,
+                                                         "duplicate key '\(key)' (each node id and parameter may appear once)"))
+                                newLines[n] = String(repeating: " ", count: col - 1) + "\(key)__duplicate\(seen):" + trimmed.dropFirst(key.count + 1)
+                                renamed = true
+                            }
+                        }
+                    }
+                    text = newLines.joined(separator: "\n")
+                }
+                if !renamed {
+                    issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: context.mark.line, column: context.mark.column),
+                                             "duplicate keys: \(duplicates.joined(separator: ", "))"))
+                    return nil
+                }
+            } catch let error as YamlError {
+                issues.append(yamlIssue(error, file: file))
+                return nil
+            } catch {
+                issues.append(GraphIssue(.syntax, at: SourceLocation(file: file, line: 0, column: 0), "\(error)"))
+                return nil
+            }
+        }
+        return nil
+    }
+
+    static func yamlIssue(_ error: YamlError, file: String) -> GraphIssue {
+        switch error {
+        case let .scanner(context, problem, mark, _), let .parser(context, problem, mark, _), let .composer(context, problem, mark, _):
+            let what = [context?.text, problem].compactMap { $0 }.filter { !$0.isEmpty }.joined(separator: ": ")
+            return GraphIssue(.syntax, at: SourceLocation(file: file, line: mark.line, column: mark.column), "YAML syntax error: \(what)")
+        default:
+            return GraphIssue(.syntax, at: SourceLocation(file: file, line: 0, column: 0), "YAML error: \(error)")
+        }
+    }
+
+    static func loc(_ node: YNode, _ file: String) -> SourceLocation {
+        SourceLocation(file: file, line: node.mark?.line ?? 0, column: node.mark?.column ?? 0)
+    }
+
+    /// Converts a YAML node to a parameter value (plain scalars are typed; quoted ones are strings).
+    static func value(_ node: YNode) -> ParamValue {
+        switch node {
+        case .scalar(let s):
+            return scalarValue(s.string, plain: s.style == .plain)
+        case .mapping(let m):
+            var out: [String: ParamValue] = [:]
+            for (k, v) in m { out[k.string ?? ""] = value(v) }
+            return .map(out)
+        case .sequence(let seq):
+            return .list(seq.map(value))
+        case .alias:
+            return .null
+        }
+    }
+
+    /// Types a scalar the way YAML's core schema does.
+    public static func scalarValue(_ s: String, plain: Bool) -> ParamValue {
+        guard plain else { return .string(s) }
+        switch s {
+        case "", "~", "null", "Null", "NULL": return .null
+        case "true", "True", "TRUE": return .bool(true)
+        case "false", "False", "FALSE": return .bool(false)
+        default: break
+        }
+        if let i = Int(s) { return .int(i) }
+        if s.hasPrefix("0x"), let i = Int(s.dropFirst(2), radix: 16) { return .int(i) }
+        if let d = Double(s), s.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }) { return .double(d) }
+        return .string(s)
+    }
+
+    // MARK: - Nodes
+
+    static func parseNodes(_ node: YNode, file: String, into spec: inout GraphSpec) {
+        guard let m = node.mapping else {
+            spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`nodes:` must be a mapping from node id to parameters"))
+            return
+        }
+        for (k, v) in m {
+            let id = k.string ?? ""
+            if id.contains("__duplicate") { continue }
+            let at = loc(k, file)
+            if id.isEmpty || id.contains(where: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
+                spec.issues.append(GraphIssue(.structure, at: at, node: id, "node id may use letters, digits, '_' and '-' only"))
+            }
+            guard let params = v.mapping else {
+                spec.issues.append(GraphIssue(.structure, at: loc(v, file), node: id, "a node is a mapping with at least `type:`"))
+                continue
+            }
+            var ns = NodeSpec(id: id, type: "", location: at, typeLocation: at, params: [:], paramOrder: [], restart: nil)
+            for (pk, pv) in params {
+                let key = pk.string ?? ""
+                if key.contains("__duplicate") { continue }
+                switch key {
+                case "type":
+                    ns.type = pv.string ?? ""
+                    ns.typeLocation = loc(pv, file)
+                case "restart":
+                    guard let r = pv.mapping, let max = r["max"]?.int, max >= 0 else {
+                        spec.issues.append(GraphIssue(.invalidParameter, at: loc(pv, file), node: id, "restart: expected { max: N, backoff_ms: M }"))
+                        continue
+                    }
+                    let backoff = r["backoff_ms"]?.int ?? 500
+                    for (rk, _) in r where !["max", "backoff_ms"].contains(rk.string ?? "") {
+                        spec.issues.append(GraphIssue(.unknownParameter, at: loc(rk, file), node: id, "restart: unknown key '\(rk.string ?? "")'; expected max, backoff_ms"))
+                    }
+                    ns.restart = RestartPolicy(max: max, backoffMs: backoff)
+                case "executor":
+                    guard let e = ExecutorClass(rawValue: pv.string ?? "") else {
+                        spec.issues.append(GraphIssue(.invalidParameter, at: loc(pv, file), node: id,
+                                                      "executor: expected \(ExecutorClass.allCases.map(\.rawValue).joined(separator: " | ")), got '\(pv.string ?? "")'"))
+                        continue
+                    }
+                    ns.executor = e
+                default:
+                    ns.params[key] = (value(pv), loc(pk, file))
+                    ns.paramOrder.append(key)
+                }
+            }
+            if ns.type.isEmpty {
+                spec.issues.append(GraphIssue(.missingParameter, at: at, node: id, "missing `type:`"))
+            }
+            spec.nodes.append(ns)
+        }
+    }
+
+    // MARK: - Plugins
+
+    static func parsePlugins(_ node: YNode, file: String, into spec: inout GraphSpec) {
+        guard let seq = node.sequence else {
+            spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`plugins:` must be a list of shared-library paths or plugin names"))
+            return
+        }
+        for item in seq {
+            guard let s = item.string, item.scalar != nil, !s.isEmpty else {
+                spec.issues.append(GraphIssue(.structure, at: loc(item, file), "a plugin is a path (`./libgain.so`) or a name found in VOICEPIPE_PLUGIN_PATH"))
+                continue
+            }
+            spec.plugins.append(PluginReference(name: s, location: loc(item, file)))
+        }
+    }
+
+    // MARK: - Links
+
+    static func parseLinks(_ node: YNode, file: String, into spec: inout GraphSpec) {
+        guard let seq = node.sequence else {
+            spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`links:` must be a list"))
+            return
+        }
+        for item in seq {
+            let at = loc(item, file)
+            if let s = item.string, item.scalar != nil {
+                let parts = s.components(separatedBy: "->").map { $0.trimmingCharacters(in: .whitespaces) }
+                if parts.count < 2 || parts.contains(where: \.isEmpty) {
+                    spec.issues.append(GraphIssue(.invalidLink, at: at, "a link chain is `a -> b.port -> c` (got \"\(s)\")"))
+                    continue
+                }
+                for i in 0..<(parts.count - 1) {
+                    var from = Endpoint(parsing: parts[i])
+                    var to = Endpoint(parsing: parts[i + 1])
+                    // In a chain a middle element's port names its input for the incoming link and,
+                    // if it has an output of that name, its output for the outgoing one (resolved in validation).
+                    if i > 0 { from.port = from.port.map { "?" + $0 } }
+                    if i + 1 < parts.count - 1 { to.port = to.port.map { "?" + $0 } }
+                    spec.links.append(LinkSpec(from: from, to: to, capacity: nil, overflow: nil, location: at))
+                }
+            } else if let m = item.mapping {
+                var link = LinkSpec(from: Endpoint(node: ""), to: Endpoint(node: ""), capacity: nil, overflow: nil, location: at)
+                for (k, v) in m {
+                    switch k.string ?? "" {
+                    case "from": link.from = Endpoint(parsing: v.string ?? "")
+                    case "to": link.to = Endpoint(parsing: v.string ?? "")
+                    case "capacity":
+                        if let c = v.int, c >= 1, c <= 1_000_000 { link.capacity = c } else {
+                            spec.issues.append(GraphIssue(.invalidLink, at: loc(v, file), "capacity: expected an integer in 1...1000000 (there is no unbounded edge)"))
+                        }
+                    case "overflow":
+                        if let p = OverflowPolicy(rawValue: v.string ?? "") { link.overflow = p } else {
+                            spec.issues.append(GraphIssue(.invalidLink, at: loc(v, file), "overflow: expected block | drop-oldest | drop-newest, got '\(v.string ?? "")'"))
+                        }
+                    default:
+                        spec.issues.append(GraphIssue(.invalidLink, at: loc(k, file), "unknown link key '\(k.string ?? "")'; expected from, to, capacity, overflow"))
+                    }
+                }
+                if link.from.node.isEmpty || link.to.node.isEmpty {
+                    spec.issues.append(GraphIssue(.invalidLink, at: at, "a link mapping needs `from:` and `to:`"))
+                    continue
+                }
+                spec.links.append(link)
+            } else {
+                spec.issues.append(GraphIssue(.invalidLink, at: at, "a link is `a -> b` or { from: a, to: b, capacity: N, overflow: block }"))
+            }
+        }
+    }
+
+    // MARK: - Overrides
+
+    static func apply(_ overrides: [Override], to spec: inout GraphSpec) {
+        let cli = SourceLocation(file: "<command line>", line: 0, column: 0)
+        for o in overrides {
+            guard let i = spec.nodes.firstIndex(where: { $0.id == o.node }) else {
+                spec.issues.append(GraphIssue(.invalidOverride, at: cli, node: o.node,
+                                              "--set \(o.node).\(o.key): no node '\(o.node)' in \(spec.file) (nodes: \(spec.nodes.map(\.id).joined(separator: ", ")))"))
+                continue
+            }
+            if o.key == "executor" {
+                if let e = ExecutorClass(rawValue: o.value) { spec.nodes[i].executor = e } else {
+                    spec.issues.append(GraphIssue(.invalidOverride, at: cli, node: o.node,
+                                                  "--set \(o.node).executor: expected \(ExecutorClass.allCases.map(\.rawValue).joined(separator: " | ")), got '\(o.value)'"))
+                }
+                continue
+            }
+            if o.key == "type" {
+                spec.nodes[i].type = o.value
+                spec.nodes[i].typeLocation = SourceLocation(file: "<command line> --set \(o.node).type", line: 0, column: 0)
+                spec.nodes[i].typeOverridden = true
+                continue
+            }
+            var v = scalarValue(o.value, plain: true)
+            if o.value.hasPrefix("{") || o.value.hasPrefix("["), let n = try? Yams.compose(yaml: o.value) { v = value(n) }
+            if !spec.nodes[i].params.keys.contains(o.key) { spec.nodes[i].paramOrder.append(o.key) }
+            spec.nodes[i].params[o.key] = (v, SourceLocation(file: "<command line> --set \(o.node).\(o.key)", line: 0, column: 0))
+        }
+    }
+}

@@ -1,0 +1,310 @@
+/// A node after validation: its type's descriptor and its checked parameters.
+public struct ResolvedNode: Sendable {
+    /// Node id.
+    public var id: String
+    /// Its type.
+    public var descriptor: NodeDescriptor
+    /// Checked parameters with defaults filled in.
+    public var config: NodeConfig
+    /// The parameters decoded into the type's configuration (see ``NodeConfiguration``), once, here.
+    public var configuration: any Sendable
+    /// The executor the node runs on (the graph's `executor:` or the type's class).
+    public var executor: ExecutorClass
+    /// Restart policy, if any.
+    public var restart: RestartPolicy?
+    /// Audio format at its default output, when known before opening anything.
+    public var outputFormat: AudioFormat?
+}
+
+/// A link after validation, with concrete ports and edge settings.
+public struct ResolvedLink: Sendable, Hashable {
+    public var fromNode: String
+    public var fromPort: String
+    public var toNode: String
+    public var toPort: String
+    public var capacity: Int
+    public var overflow: OverflowPolicy
+
+    /// `from.port -> to.port`.
+    public var label: String { "\(fromNode).\(fromPort) -> \(toNode).\(toPort)" }
+}
+
+/// A graph that passed validation: every node type exists, every parameter checks, every link
+/// joins compatible ports, and there is no cycle. Nodes are in topological order.
+public struct ValidatedGraph: Sendable {
+    /// Graph name.
+    public var name: String
+    /// File it came from.
+    public var file: String
+    /// Nodes in topological order (sources first).
+    public var nodes: [ResolvedNode]
+    /// Links.
+    public var links: [ResolvedLink]
+    /// Non-fatal notes.
+    public var warnings: [String]
+    /// The environment variables the graph was loaded with (given to node factories).
+    public var environment: [String: String] = [:]
+    /// `latency_budget_ms`, if the graph sets one.
+    public var latencyBudgetMs: Int?
+
+    /// The node with id `id`.
+    public func node(_ id: String) -> ResolvedNode? { nodes.first(where: { $0.id == id }) }
+}
+
+/// Checks a parsed graph against a registry and reports every problem at once.
+public enum GraphValidator {
+    /// Validates `spec`, throwing a ``GraphError`` listing every problem (including parse problems).
+    public static func validate(_ spec: GraphSpec, registry: NodeRegistry) throws -> ValidatedGraph {
+        var issues = spec.issues
+        var warnings = spec.warnings
+        var resolved: [String: ResolvedNode] = [:]
+        var order: [String] = []
+
+        // Plugins named by the graph add node types before anything is checked.
+        var registry = registry
+        let directory = spec.file.hasPrefix("<") ? nil : (spec.file as NSString).deletingLastPathComponent
+        for ref in spec.plugins {
+            do {
+                try registry.loadPlugin(ref.name, relativeTo: directory.map { $0.isEmpty ? "." : $0 }, environment: spec.environment)
+            } catch {
+                issues.append(GraphIssue(.plugin, at: ref.location, "\(error.description)"))
+            }
+        }
+
+        // Nodes and parameters.
+        for ns in spec.nodes {
+            order.append(ns.id)
+            guard !ns.type.isEmpty else { continue }
+            guard let d = registry.descriptor(ns.type) else {
+                let hint = suggestion(ns.type, among: registry.types).map { " (did you mean '\($0)'?)" } ?? ""
+                issues.append(GraphIssue(.unknownType, at: ns.typeLocation, node: ns.id,
+                                         "unknown node type '\(ns.type)'\(hint); `voicepipe nodes` lists the types"))
+                continue
+            }
+            var values: [String: ParamValue] = [:]
+            for key in ns.paramOrder {
+                guard let (value, at) = ns.params[key] else { continue }
+                guard let p = d.parameter(key) else {
+                    if ns.typeOverridden && !at.file.hasPrefix("<command line>") {
+                        warnings.append("\(at): node '\(ns.id)': parameter '\(key)' does not apply to \(ns.type) (type set with --set); ignored")
+                        continue
+                    }
+                    let hint = suggestion(key, among: d.parameters.map(\.name)).map { " (did you mean '\($0)'?)" } ?? ""
+                    issues.append(GraphIssue(.unknownParameter, at: at, node: ns.id,
+                                             "unknown parameter '\(key)' for \(d.type)\(hint); accepted: \(d.parameters.map(\.name).joined(separator: ", "))"))
+                    continue
+                }
+                if value == .null { continue }
+                switch p.type.check(value) {
+                case .success(let v): values[key] = v
+                case .failure(let e):
+                    // Numbers and booleans that arrived as strings (e.g. from "${RATE}") are accepted when they parse.
+                    if case .string(let s) = value, case .success(let v) = p.type.check(GraphLoader.scalarValue(s, plain: true)) {
+                        values[key] = v
+                    } else {
+                        issues.append(GraphIssue(.invalidParameter, at: at, node: ns.id, "parameter '\(key)': \(e.message)"))
+                    }
+                }
+            }
+            for p in d.parameters where values[p.name] == nil {
+                if let dv = p.defaultValue { values[p.name] = dv }
+                else if p.required {
+                    issues.append(GraphIssue(.missingParameter, at: ns.location, node: ns.id,
+                                             "missing required parameter '\(p.name)' (\(p.type)): \(p.doc)"))
+                }
+            }
+            let config = NodeConfig(id: ns.id, type: d.type, values: values)
+            var configuration: any Sendable = config
+            if issues.allSatisfy({ $0.node != ns.id }) {
+                do {
+                    configuration = try d.decode(config)
+                    for message in d.check(configuration) {
+                        issues.append(GraphIssue(.invalidParameter, at: ns.location, node: ns.id, message))
+                    }
+                } catch let e as DecodingError {
+                    issues.append(decodingIssue(e, node: ns, type: d.type))
+                } catch {
+                    issues.append(GraphIssue(.invalidParameter, at: ns.location, node: ns.id, "\(error)"))
+                }
+            }
+            resolved[ns.id] = ResolvedNode(id: ns.id, descriptor: d, config: config, configuration: configuration,
+                                           executor: ns.executor ?? (configuration as? any NodeConfiguration)?.executor ?? d.executor,
+                                           restart: ns.restart, outputFormat: nil)
+        }
+        let known = Set(spec.nodes.map(\.id))
+
+        // Links and ports.
+        var links: [(ResolvedLink, SourceLocation)] = []
+        for l in spec.links {
+            var ok = true
+            for end in [l.from.node, l.to.node] where !known.contains(end) {
+                let hint = suggestion(end, among: Array(known)).map { " (did you mean '\($0)'?)" } ?? ""
+                issues.append(GraphIssue(.unknownNode, at: l.location, node: end, "link refers to unknown node '\(end)'\(hint)"))
+                ok = false
+            }
+            guard ok, let fromNode = resolved[l.from.node], let toNode = resolved[l.to.node] else { continue }
+            guard let out = outputPort(fromNode.descriptor, l.from.port, at: l.location, node: l.from.node, issues: &issues),
+                  let inp = inputPort(toNode.descriptor, l.to.port, at: l.location, node: l.to.node, issues: &issues) else { continue }
+            // Kinds and codecs.
+            let common = out.kinds.intersection(inp.kinds)
+            if common.isEmpty {
+                issues.append(GraphIssue(.incompatibleLink, at: l.location, node: l.to.node,
+                                         "cannot link \(l.from.node).\(out.name) (\(out.kindDescription)) to \(l.to.node).\(inp.name) (\(inp.kindDescription))"))
+                continue
+            }
+            if common == [.encoded], let oc = out.codecs, let ic = inp.codecs, oc.isDisjoint(with: ic) {
+                issues.append(GraphIssue(.incompatibleLink, at: l.location, node: l.to.node,
+                                         "cannot link \(l.from.node).\(out.name) (\(out.kindDescription)) to \(l.to.node).\(inp.name) (\(inp.kindDescription)): codecs differ"))
+                continue
+            }
+            let overflow = l.overflow ?? fromNode.descriptor.defaultOverflow
+            links.append((ResolvedLink(fromNode: l.from.node, fromPort: out.name, toNode: l.to.node, toPort: inp.name,
+                                       capacity: l.capacity ?? GraphLoader.defaultCapacity, overflow: overflow), l.location))
+        }
+        var seenLinks: Set<ResolvedLink> = []
+        let uniqueLinks = links.filter { seenLinks.insert($0.0).inserted }
+
+        // Links that fan into one input share its queue: they must agree on its capacity and policy.
+        var firstInto: [String: (ResolvedLink, SourceLocation)] = [:]
+        for (l, at) in uniqueLinks {
+            let key = "\(l.toNode).\(l.toPort)"
+            guard let (first, firstAt) = firstInto[key] else { firstInto[key] = (l, at); continue }
+            if first.capacity != l.capacity || first.overflow != l.overflow {
+                issues.append(GraphIssue(.invalidLink, at: at, node: l.toNode,
+                                         "\(l.label) shares the queue of input '\(l.toNode).\(l.toPort)' with \(first.label) (\(firstAt)) but asks for capacity \(l.capacity), overflow \(l.overflow.rawValue) where that link has capacity \(first.capacity), overflow \(first.overflow.rawValue); give links into one input the same capacity and overflow"))
+            }
+        }
+
+        // Required inputs.
+        for ns in spec.nodes {
+            guard let r = resolved[ns.id] else { continue }
+            for p in r.descriptor.inputs where p.required {
+                if !uniqueLinks.contains(where: { $0.0.toNode == ns.id && $0.0.toPort == p.name }) {
+                    issues.append(GraphIssue(.unconnectedInput, at: ns.location, node: ns.id,
+                                             "input '\(p.name)' (\(p.kindDescription)) is not connected; add a link `something -> \(ns.id)\(p.name == "in" ? "" : "." + p.name)`"))
+                }
+            }
+        }
+
+        // Cycles (Kahn's algorithm) and topological order.
+        var indegree: [String: Int] = [:]
+        for id in order { indegree[id] = 0 }
+        for (l, _) in uniqueLinks { indegree[l.toNode, default: 0] += 1 }
+        var queue = order.filter { indegree[$0] == 0 }
+        var topo: [String] = []
+        while !queue.isEmpty {
+            let n = queue.removeFirst()
+            topo.append(n)
+            for (l, _) in uniqueLinks where l.fromNode == n {
+                indegree[l.toNode]! -= 1
+                if indegree[l.toNode] == 0 { queue.append(l.toNode) }
+            }
+        }
+        if topo.count < order.count {
+            let inCycle = order.filter { !topo.contains($0) }
+            let at = uniqueLinks.first(where: { inCycle.contains($0.0.toNode) && inCycle.contains($0.0.fromNode) })?.1
+                ?? SourceLocation(file: spec.file, line: 0, column: 0)
+            issues.append(GraphIssue(.cycle, at: at, node: inCycle.first,
+                                     "links form a cycle through \(inCycle.joined(separator: " -> ")); a graph must be acyclic"))
+        }
+
+        // Formats, in topological order.
+        for id in topo {
+            guard var r = resolved[id] else { continue }
+            let incoming = uniqueLinks.filter { $0.0.toNode == id && $0.0.toPort == (r.descriptor.defaultInput?.name ?? "in") }
+            var inFormat: AudioFormat?
+            for (l, at) in incoming {
+                guard let up = resolved[l.fromNode], let f = up.outputFormat, l.fromPort != "events" else { continue }
+                if let msg = r.descriptor.format.accepts(r.configuration, f) {
+                    issues.append(GraphIssue(.incompatibleLink, at: at, node: id, "\(l.fromNode) delivers \(f): \(msg)"))
+                }
+                inFormat = f
+            }
+            r.outputFormat = r.descriptor.format.output(r.configuration, inFormat)
+            resolved[id] = r
+        }
+
+        if !issues.isEmpty {
+            throw GraphError(issues.sorted { ($0.location.file, $0.location.line, $0.location.column) < ($1.location.file, $1.location.line, $1.location.column) })
+        }
+        return ValidatedGraph(name: spec.name, file: spec.file, nodes: topo.compactMap { resolved[$0] },
+                              links: uniqueLinks.map(\.0), warnings: warnings, environment: spec.environment,
+                              latencyBudgetMs: spec.latencyBudgetMs)
+    }
+
+    /// A configuration that the parameter schema accepted but its struct could not decode.
+    static func decodingIssue(_ error: DecodingError, node ns: NodeSpec, type: String) -> GraphIssue {
+        let (path, what): ([any CodingKey], String) = switch error {
+        case .typeMismatch(_, let c), .valueNotFound(_, let c), .dataCorrupted(let c): (c.codingPath, c.debugDescription)
+        case .keyNotFound(let k, let c): (c.codingPath + [k], c.debugDescription)
+        @unknown default: ([], "\(error)")
+        }
+        let name = path.first.map { ParameterDecoder.snakeCase($0.stringValue) }
+        let at = name.flatMap { ns.params[$0]?.location } ?? ns.location
+        let param = name.map { "parameter '\($0)': " } ?? ""
+        return GraphIssue(.invalidParameter, at: at, node: ns.id, "\(param)\(what) (\(type))")
+    }
+
+    /// Loads and validates a file in one step.
+    public static func load(path: String, registry: NodeRegistry, overrides: [Override] = [],
+                            environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ValidatedGraph {
+        try validate(GraphLoader.load(path: path, environment: environment, overrides: overrides), registry: registry)
+    }
+
+    static func outputPort(_ d: NodeDescriptor, _ name: String?, at: SourceLocation, node: String, issues: inout [GraphIssue]) -> PortSpec? {
+        guard var name else {
+            if let p = d.defaultOutput { return p }
+            issues.append(GraphIssue(.unknownPort, at: at, node: node, "\(d.type) has no outputs (it is a sink)"))
+            return nil
+        }
+        if name.hasPrefix("?") {
+            name.removeFirst()
+            if let p = d.outputs.first(where: { $0.name == name }) { return p }
+            if d.inputs.contains(where: { $0.name == name }), let p = d.defaultOutput { return p }
+        }
+        if let p = d.outputs.first(where: { $0.name == name }) { return p }
+        issues.append(GraphIssue(.unknownPort, at: at, node: node,
+                                 "\(d.type) has no output port '\(name)'; outputs: \(d.outputs.map(\.name).joined(separator: ", "))"))
+        return nil
+    }
+
+    static func inputPort(_ d: NodeDescriptor, _ name: String?, at: SourceLocation, node: String, issues: inout [GraphIssue]) -> PortSpec? {
+        guard var name else {
+            if let p = d.defaultInput { return p }
+            issues.append(GraphIssue(.unknownPort, at: at, node: node, "\(d.type) has no inputs (it is a source)"))
+            return nil
+        }
+        if name.hasPrefix("?") {
+            name.removeFirst()
+            if let p = d.inputs.first(where: { $0.name == name }) { return p }
+            if d.outputs.contains(where: { $0.name == name }), let p = d.defaultInput { return p }
+        }
+        if let p = d.inputs.first(where: { $0.name == name }) { return p }
+        issues.append(GraphIssue(.unknownPort, at: at, node: node,
+                                 "\(d.type) has no input port '\(name)'; inputs: \(d.inputs.isEmpty ? "none" : d.inputs.map(\.name).joined(separator: ", "))"))
+        return nil
+    }
+
+    /// The closest name by edit distance, if close enough to be a likely typo.
+    static func suggestion(_ word: String, among names: [String]) -> String? {
+        func distance(_ a: [Character], _ b: [Character]) -> Int {
+            if a.isEmpty { return b.count }
+            if b.isEmpty { return a.count }
+            var prev = Array(0...b.count)
+            for i in 1...a.count {
+                var cur = [i] + Array(repeating: 0, count: b.count)
+                for j in 1...b.count {
+                    cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+                }
+                prev = cur
+            }
+            return prev[b.count]
+        }
+        let w = Array(word)
+        let best = names.map { ($0, distance(w, Array($0))) }.min { $0.1 < $1.1 }
+        guard let best, best.1 <= max(2, word.count / 3) else { return nil }
+        return best.0
+    }
+}
+
+import Foundation

@@ -1,0 +1,120 @@
+import Foundation
+
+extension Pipeline {
+    /// Runs every node until the sinks finish, a stop completes, or a node fails
+    /// (then throws ``PipelineError``).
+    public func run() async throws {
+        defer { shared.bus.finishAll() }
+        let failure = FailureBox()
+        await withTaskGroup(of: Void.self) { group in
+            let tasks = graph.nodes.filter { !fused.contains($0.id) }
+            if tasks.contains(where: { $0.executor == .realtime }), let status = RealtimeScheduling.statusOnce(), status != "granted" {
+                logger.notice("real-time scheduling is not in use (\(status)); timing-critical nodes run on their own threads at normal priority")
+            }
+            for n in tasks {
+                // Latency-critical nodes run on the real-time executor, apart from bulk work.
+                let executor: (any TaskExecutor)? = n.executor == .realtime ? RealtimeExecutor.shared : nil
+                group.addTask(executorPreference: executor) { [self] in
+                    if let error = await self.runNode(n) {
+                        let first = failure.record(error)
+                        if first {
+                            self.logger.error("\(error.description)")
+                            self.shared.bus.publish(Event("error", node: error.node, ts: self.shared.elapsed,
+                                                          fields: [("code", .string(error.code)), ("message", .string(error.message))]))
+                            self.shared.markStopping()
+                            self.stopSignal.fire()
+                            self.stopSignal.abort()
+                        }
+                    }
+                }
+            }
+            // Drain watchdog: after a stop, give the graph `drainTimeout`, then cancel everything.
+            group.addTask { [self] in
+                await self.stopSignal.wait()
+                try? await Task.sleep(for: self.drainTimeout)
+                self.stopSignal.abort()
+            }
+            var remaining = tasks.count
+            while remaining > 0, await group.next() != nil {
+                remaining -= 1
+            }
+            group.cancelAll()
+        }
+        if let f = failure.first { throw f }
+    }
+
+    /// Runs one node with its restart policy; returns its failure, if any.
+    private func runNode(_ n: ResolvedNode) async -> PipelineError? {
+        let context = contexts[n.id]!
+        defer {
+            for p in n.descriptor.inputs { edges["\(n.id).\(p.name)"]?.consumerFinished() }
+        }
+        var attempt = 0
+        while true {
+            let node = instances.withLock { $0[n.id]! }
+            do {
+                try await runAbortable(node, context: context, isSource: n.descriptor.isSource)
+                return await close(n, context)
+            } catch let fusedError as FusedFailure {
+                let nodeError = fusedError.error as? NodeError
+                _ = await close(n, context)
+                return PipelineError(node: fusedError.node, code: nodeError?.code ?? "node_failed", message: nodeError?.message ?? "\(fusedError.error)")
+            } catch {
+                let stopping = shared.isStopping || Task.isCancelled
+                if error is CancellationError || (stopping && n.descriptor.isSource) || stopSignal.aborted {
+                    return await close(n, context)
+                }
+                let nodeError = error as? NodeError
+                let message = nodeError?.message ?? "\(error)"
+                if let policy = n.restart, attempt < policy.max, !stopping {
+                    attempt += 1
+                    restarts.withLock { $0[n.id, default: 0] += 1 }
+                    logger.warning("node '\(n.id)' failed (\(message)); restart \(attempt) of \(policy.max) in \(policy.backoffMs) ms")
+                    shared.bus.publish(Event("restart", node: n.id, ts: shared.elapsed,
+                                             fields: [("attempt", .int(Int64(attempt))), ("message", .string(message))]))
+                    try? await clock.sleep(for: .milliseconds(policy.backoffMs))
+                    do {
+                        let fresh = try n.descriptor.build(n.configuration, Pipeline.environment(for: n, graph: graph, clock: clock, logger: logger))
+                        instances.withLock { $0[n.id] = fresh }
+                    } catch {
+                        _ = await close(n, context)
+                        return PipelineError(node: n.id, code: "create_failed", message: "\(error)")
+                    }
+                    continue
+                }
+                _ = await close(n, context)
+                return PipelineError(node: n.id, code: nodeError?.code ?? "node_failed", message: message)
+            }
+        }
+    }
+
+    private func close(_ n: ResolvedNode, _ context: NodeContext) async -> PipelineError? {
+        for p in n.descriptor.outputs {
+            do { try await context.output(p.name).finish() } catch let e as FusedFailure {
+                let ne = e.error as? NodeError
+                return PipelineError(node: e.node, code: ne?.code ?? "node_failed", message: ne?.message ?? "\(e.error)")
+            } catch {
+                let ne = error as? NodeError
+                return PipelineError(node: n.id, code: ne?.code ?? "flush_failed", message: ne?.message ?? "\(error)")
+            }
+        }
+        return nil
+    }
+
+    /// Runs a node so that a stop cancels it if it is a source, and an abort cancels it in any case.
+    private func runAbortable(_ node: any Node, context: NodeContext, isSource: Bool) async throws {
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            group.addTask { try await node.run(context); return true }
+            group.addTask { [stopSignal] in
+                if isSource { await stopSignal.wait() } else { await stopSignal.waitAbort() }
+                return false
+            }
+            defer { group.cancelAll() }
+            while let finished = try await group.next() {
+                if finished { return }
+                group.cancelAll()
+            }
+        }
+    }
+}
+

@@ -1,0 +1,221 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// A running instance of a validated graph: one child task per node under one task group.
+///
+/// ```swift
+/// let pipeline = try Pipeline(yaml: text, registry: BuiltinNodes.registry())
+/// let events = pipeline.events()            // every event, as an AsyncSequence
+/// async let done: Void = pipeline.run()
+/// for await e in events where e.name == "transcript" { print(e["text"] ?? "") }
+/// try await done
+/// ```
+public final class Pipeline: Sendable {
+    /// The graph being run.
+    public let graph: ValidatedGraph
+    /// How long to let queued frames drain after a stop before cancelling every node.
+    public let drainTimeout: Duration
+    let clock: any Clock<Duration>
+    let logger: Logger
+    let shared = PipelineShared()
+    let edges: [String: BoundedEdge]          // keyed by "node.port" of the consumer
+    let edgeOrder: [String]
+    let contexts: [String: NodeContext]
+    let instances: Mutex<[String: any Node]>
+    let restarts = Mutex<[String: Int]>([:])
+    let stopSignal = StopSignal()
+    let counters: [String: NodeCounters]
+    let fused: Set<String>
+    let fusedEdges: [String: FusedLink]
+    let mediaClock: MediaClock
+
+    /// Builds the pipeline: creates every edge and node (nothing runs yet).
+    /// Throws ``PipelineError`` naming the node whose factory failed.
+    public init(graph: ValidatedGraph, clock: any Clock<Duration> = ContinuousClock(),
+                logger: Logger = Logger(label: "voicepipe"), drainTimeout: Duration = .milliseconds(1500)) throws {
+        self.graph = graph
+        self.clock = clock
+        self.logger = logger
+        self.drainTimeout = drainTimeout
+
+        let mediaClock = MediaClock(clock)
+        self.mediaClock = mediaClock
+        var edges: [String: BoundedEdge] = [:]
+        // One queue per consumer input port; several links into one port share it (fan-in).
+        let byInput = Dictionary(grouping: graph.links, by: { "\($0.toNode).\($0.toPort)" })
+        for key in byInput.keys.sorted() {
+            let links = byInput[key]!
+            let label = links.count == 1 ? links[0].label : links.map { "\($0.fromNode).\($0.fromPort)" }.joined(separator: "+") + " -> \(key)"
+            edges[key] = BoundedEdge(capacity: links.map(\.capacity).max()!, overflow: links[0].overflow, label: label, producers: links.count,
+                                     clock: mediaClock)
+        }
+        self.edgeOrder = graph.links.map { "\($0.toNode).\($0.toPort)" }.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+
+        var instances: [String: any Node] = [:]
+        for n in graph.nodes {
+            do {
+                instances[n.id] = try n.descriptor.build(n.configuration, Pipeline.environment(for: n, graph: graph, clock: clock, logger: logger))
+            } catch {
+                throw PipelineError(node: n.id, code: (error as? NodeError)?.code ?? "create_failed", message: "\(error)")
+            }
+        }
+        self.instances = Mutex(instances)
+
+        // Operator fusion: a FrameProcessor fed by exactly one lossless link from another
+        // FrameProcessor whose port feeds nothing else is called directly in its producer's task.
+        let fusion = Pipeline.fusionAllowed && graph.environment["VOICEPIPE_NO_FUSION"] != "1"
+        var fusedLinks: Set<ResolvedLink> = []
+        if fusion {
+            for l in graph.links {
+                guard let down = graph.node(l.toNode), let up = graph.node(l.fromNode),
+                      instances[l.toNode] is any FrameProcessor, instances[l.fromNode] is any FrameProcessor,
+                      !up.descriptor.isSource, down.restart == nil, up.restart == nil, l.overflow == .block,
+                      up.executor == down.executor,
+                      l.toPort == down.descriptor.defaultInput?.name,
+                      graph.links.filter({ $0.toNode == l.toNode }).count == 1,
+                      graph.links.filter({ $0.fromNode == l.fromNode && $0.fromPort == l.fromPort }).count == 1
+                else { continue }
+                fusedLinks.insert(l)
+            }
+        }
+        self.fused = Set(fusedLinks.map(\.toNode))
+        for l in fusedLinks { edges.removeValue(forKey: "\(l.toNode).\(l.toPort)") }
+        self.edges = edges
+        var fusedEdges: [String: FusedLink] = [:]
+
+        var contexts: [String: NodeContext] = [:]
+        var counters: [String: NodeCounters] = [:]
+        for n in graph.nodes.reversed() {
+            let c = NodeCounters()
+            counters[n.id] = c
+            let carrier = AgeCarrier()
+            let stamp = FrameStamp(carrier: carrier, clock: mediaClock)
+            var outputs: [String: OutputPort] = [:]
+            for p in n.descriptor.outputs {
+                var seen: Set<String> = []
+                var targets: [OutputTarget] = []
+                for l in graph.links where l.fromNode == n.id && l.fromPort == p.name {
+                    let key = "\(l.toNode).\(l.toPort)"
+                    guard seen.insert(key).inserted else { continue }
+                    if fusedLinks.contains(l), let processor = instances[l.toNode] as? any FrameProcessor, let downContext = contexts[l.toNode],
+                       let down = graph.node(l.toNode) {
+                        let link = FusedLink(label: l.label, node: l.toNode, processor: processor, context: downContext, clock: mediaClock) {
+                            for q in down.descriptor.outputs { try await downContext.output(q.name).finish() }
+                        }
+                        fusedEdges[key] = link
+                        targets.append(.fused(link))
+                    } else if let e = edges[key] {
+                        targets.append(.edge(e))
+                    }
+                }
+                outputs[p.name] = OutputPort(name: p.name, targets: targets, stamp: stamp)
+            }
+            // A sink (no outputs but events) checks the graph's latency budget on what it takes.
+            var lateness: LatenessWatch?
+            if let budget = graph.latencyBudgetMs, !n.descriptor.inputs.isEmpty, n.descriptor.outputs.allSatisfy({ $0.kinds == [.event] }) {
+                let events = outputs["events"]
+                let shared = self.shared
+                let id = n.id
+                lateness = LatenessWatch(budget: .milliseconds(budget), clock: mediaClock) { age in
+                    c.add("late", 1)
+                    let e = Event("late", node: id, ts: shared.elapsed,
+                                  fields: [("age_ms", .double((age.milliseconds * 10).rounded() / 10)), ("budget_ms", .int(Int64(budget)))])
+                    shared.bus.publish(e)
+                    try? await events?.send(.event(e))
+                }
+            }
+            var inputs: [String: InputPort] = [:]
+            for p in n.descriptor.inputs {
+                inputs[p.name] = InputPort(name: p.name, edge: edges["\(n.id).\(p.name)"], carrier: carrier, lateness: lateness)
+            }
+            var nodeLogger = logger
+            nodeLogger[metadataKey: "node"] = .string(n.id)
+            contexts[n.id] = NodeContext(id: n.id, config: n.config, clock: Pipeline.clock(for: n, clock), logger: nodeLogger,
+                                         inputs: inputs, outputs: outputs, shared: shared, counters: c,
+                                         carrier: carrier, lateness: lateness)
+        }
+        self.contexts = contexts
+        self.counters = counters
+        self.fusedEdges = fusedEdges
+    }
+
+    /// What a node's factory is given from outside the graph.
+    static func environment(for n: ResolvedNode, graph: ValidatedGraph, clock: any Clock<Duration>, logger: Logger) -> NodeEnvironment {
+        NodeEnvironment(id: n.id, variables: graph.environment, clock: Pipeline.clock(for: n, clock), logger: logger)
+    }
+
+    /// The clock a node sees: real-time nodes sleep on the timer thread (so a busy cooperative pool
+    /// cannot delay their wake-ups) when the pipeline runs on the continuous clock.
+    static func clock(for n: ResolvedNode, _ clock: any Clock<Duration>) -> any Clock<Duration> {
+        n.executor == .realtime && clock is ContinuousClock ? TimerThreadClock() : clock
+    }
+
+    /// Set to false to give every node its own task (for measurements).
+    nonisolated(unsafe) public static var fusionAllowed = true
+
+    /// Loads, validates and builds a graph from YAML text.
+    public convenience init(yaml: String, registry: NodeRegistry, file: String = "<string>", overrides: [Override] = [],
+                            environment: [String: String] = ProcessInfo.processInfo.environment,
+                            clock: any Clock<Duration> = ContinuousClock()) throws {
+        let spec = GraphLoader.parse(yaml, file: file, environment: environment, overrides: overrides)
+        try self.init(graph: GraphValidator.validate(spec, registry: registry), clock: clock)
+    }
+
+    /// Loads, validates and builds a graph from a file.
+    public convenience init(path: String, registry: NodeRegistry, overrides: [Override] = [],
+                            environment: [String: String] = ProcessInfo.processInfo.environment,
+                            clock: any Clock<Duration> = ContinuousClock()) throws {
+        try self.init(graph: GraphValidator.load(path: path, registry: registry, overrides: overrides, environment: environment), clock: clock)
+    }
+
+    /// The node instance with id `id` (e.g. to reach an ``AppSourceNode``).
+    public func node(_ id: String) -> (any Node)? { instances.withLock { $0[id] } }
+
+    /// The `app-source` node `id`, through which an embedding app pushes audio.
+    public func appSource(_ id: String) -> AppSourceNode? { node(id) as? AppSourceNode }
+
+    /// The `app-sink` node `id`, whose ``AppSinkNode/frames`` the embedding app reads.
+    public func appSink(_ id: String) -> AppSinkNode? { node(id) as? AppSinkNode }
+
+    /// Every event any node emits, from now on, as an `AsyncSequence` (bounded: `buffer` events,
+    /// further ones dropped and counted in ``eventsDropped``). Ends when the pipeline ends.
+    public func events(buffer: Int = 4096) -> AsyncStream<Event> { shared.bus.subscribe(buffer: buffer) }
+
+    /// Events dropped because an ``events(buffer:)`` consumer fell behind.
+    public var eventsDropped: UInt64 { shared.bus.dropped }
+
+    /// Per-edge counters, in link order.
+    public var edgeStats: [EdgeStats] { edgeOrder.compactMap { edges[$0]?.stats ?? fusedEdges[$0]?.stats } }
+
+    /// End-to-end media age at each sink (a node without outputs other than events), from the
+    /// frames it took: every input edge's ages merged, in node order.
+    public var sinkAges: [(node: String, age: AgeSummary)] {
+        var out: [(String, AgeSummary)] = []
+        for n in graph.nodes where !n.descriptor.inputs.isEmpty && n.descriptor.outputs.allSatisfy({ $0.kinds == [.event] }) {
+            var merged = AgeHistogram()
+            for p in n.descriptor.inputs {
+                let key = "\(n.id).\(p.name)"
+                if let h = edges[key]?.ageHistogram ?? fusedEdges[key]?.ageHistogram { merged.merge(h) }
+            }
+            if let s = merged.summary { out.append((n.id, s)) }
+        }
+        return out
+    }
+
+    /// Per-node restarts and counters.
+    public var nodeStats: [NodeStats] {
+        let r = restarts.withLock { $0 }
+        return graph.nodes.map { NodeStats(id: $0.id, restarts: r[$0.id] ?? 0, counters: counters[$0.id]?.snapshot ?? [:], gauges: counters[$0.id]?.gauges ?? [:]) }
+    }
+
+    /// Progress of finite sources (position and total in media seconds).
+    public var progress: [String: ProgressBoard.Entry] { shared.progress.snapshot }
+
+    /// Asks the pipeline to stop gracefully: sources stop, queued frames drain, sinks flush.
+    /// After ``drainTimeout`` every node is cancelled. Safe to call from any thread, more than once.
+    public func stop() {
+        shared.markStopping()
+        stopSignal.fire()
+    }
+}

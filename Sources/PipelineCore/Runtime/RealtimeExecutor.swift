@@ -1,0 +1,125 @@
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The executor of latency-critical nodes (`executor: realtime`): a few dedicated threads, apart
+/// from Swift's cooperative pool where bulk work (recognizers, encoders fed whole slices, uploads)
+/// runs, so that a source's next frame or a sink's next write never waits behind a burst of bulk
+/// work. The threads ask for real-time scheduling (see ``RealtimeScheduling``).
+///
+/// A node's task runs here when its graph node's executor class is `realtime`: the runtime adds
+/// the node's child task with this executor as its preference, so the node's code — an actor's
+/// included — and the resumption after its clock sleeps run on these threads. Structured
+/// concurrency is unchanged: the task is still a child of the pipeline's task group.
+public final class RealtimeExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked: the job list is only touched under `condition`'s lock; `threads` is written once
+    // in init before any job can arrive.
+    /// The process-wide instance.
+    public static let shared = RealtimeExecutor(
+        threads: ProcessInfo.processInfo.environment["VOICEPIPE_RT_THREADS"].flatMap(Int.init).map { min(max($0, 1), 64) } ?? 2,
+        name: "voicepipe-rt")
+
+    private let condition = NSCondition()
+    private var jobs: [UnownedJob] = []
+    private var head = 0
+    /// Names of the threads (for diagnostics and tests).
+    public let threadNames: [String]
+
+    init(threads: Int, name: String) {
+        threadNames = (0..<max(1, threads)).map { "\(name)-\($0)" }
+        for n in threadNames {
+            let t = Thread { [unowned self] in
+                RealtimeScheduling.applyToCurrentThread()
+                self.loop()
+            }
+            t.name = n
+            t.stackSize = 1 << 20
+            t.start()
+        }
+    }
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let unowned = UnownedJob(job)
+        condition.lock()
+        jobs.append(unowned)
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Marks this executor's threads (a thread-specific value, set once per thread).
+    private static let marker: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    /// True when the calling code runs on one of this executor's threads.
+    public static var isCurrentThread: Bool { pthread_getspecific(marker) != nil }
+
+    private func loop() {
+        pthread_setspecific(Self.marker, UnsafeRawPointer(bitPattern: 1))
+        while true {
+            condition.lock()
+            while head >= jobs.count { condition.wait() }
+            let job = jobs[head]
+            head += 1
+            if head > 256, head * 2 > jobs.count {
+                jobs.removeFirst(head)
+                head = 0
+            }
+            condition.unlock()
+            job.runSynchronously(on: asUnownedTaskExecutor())
+        }
+    }
+}
+
+/// Real-time scheduling (SCHED_FIFO) for device threads and the real-time executor, where the
+/// system allows it (CAP_SYS_NICE, or an RLIMIT_RTPRIO above zero). Where it does not, threads
+/// keep normal priority and ``status`` says why; the runtime says so once at start.
+/// `VOICEPIPE_REALTIME=0` turns the request off.
+public enum RealtimeScheduling {
+    /// Priority asked for (low in the real-time range: above every normal thread, below the
+    /// system's own real-time threads).
+    public static let priority: Int32 = 10
+
+    private static let result = Mutex<String?>(nil)
+    private static let reported = Atomic<Bool>(false)
+
+    /// Asks real-time scheduling for the calling thread; returns whether it was granted.
+    @discardableResult
+    public static func applyToCurrentThread() -> Bool {
+        if ProcessInfo.processInfo.environment["VOICEPIPE_REALTIME"] == "0" {
+            result.withLock { if $0 == nil { $0 = "turned off by VOICEPIPE_REALTIME=0" } }
+            return false
+        }
+        #if canImport(Glibc)
+        var param = sched_param()
+        param.sched_priority = priority
+        let rc = pthread_setschedparam(pthread_self(), Int32(SCHED_FIFO), &param)
+        if rc == 0 {
+            result.withLock { if $0 == nil { $0 = "granted" } }
+            return true
+        }
+        let why = rc == EPERM ? "not permitted (needs CAP_SYS_NICE or an RLIMIT_RTPRIO of \(priority) or more, e.g. through rtkit or limits.conf)" : String(cString: strerror(rc))
+        result.withLock { $0 = why }
+        #else
+        result.withLock { $0 = "not supported on this system" }
+        #endif
+        return false
+    }
+
+    /// "granted", or why real-time scheduling is not in use (`nil` before any thread asked).
+    public static var status: String? { result.withLock { $0 } }
+
+    /// Returns the status the first time it is called in the process, `nil` afterwards (so that it
+    /// is said once).
+    static func statusOnce() -> String? {
+        guard !reported.exchange(true, ordering: .relaxed) else { return nil }
+        _ = RealtimeExecutor.shared
+        // Give the executor's threads a moment to ask.
+        for _ in 0..<50 where status == nil { usleep(1000) }
+        return status ?? "unknown"
+    }
+}

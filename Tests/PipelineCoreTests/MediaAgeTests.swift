@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+import PipelineCore
+import VoicepipeTesting
+
+/// Holds each frame `hold_ms` on the pipeline's clock before passing it on (a slow stage).
+actor HoldNode: FrameProcessor {
+    let hold: Duration
+    init(hold: Duration) { self.hold = hold }
+    func process(_ frame: Frame, context: NodeContext) async throws {
+        try await context.clock.sleep(for: hold)
+        try await context.send(frame)
+    }
+}
+
+@Suite("Media age and latency budgets")
+struct MediaAgeTests {
+    var registry: NodeRegistry {
+        var r = testRegistry()
+        r.register(NodeDescriptor(type: "hold", summary: "delays frames", parameters: [ParamSpec("hold_ms", .int, default: .int(0), doc: "")],
+                                  make: { c in HoldNode(hold: .milliseconds(c.int("hold_ms", default: 0))) }))
+        return r
+    }
+
+    /// Runs `yaml` on a manual clock, advancing it 10 ms at a time whenever something sleeps.
+    func runOnManualClock(_ yaml: String) async throws -> (Pipeline, [Event]) {
+        let clock = ManualClock()
+        let pipeline = try Pipeline(yaml: yaml, registry: registry, environment: [:], clock: clock)
+        let events = pipeline.events()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await pipeline.run() }
+            group.addTask {
+                while !Task.isCancelled {
+                    if await clock.waitForSleepers(1, timeout: .milliseconds(50)) { clock.advance(by: .milliseconds(10)) }
+                }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+        var all: [Event] = []
+        for await e in events { all.append(e) }
+        return (pipeline, all)
+    }
+
+    @Test("frames carry their creation instant through every node; each edge reports the age its consumer sees")
+    func agePerEdge() async throws {
+        let (p, _) = try await runOnManualClock("""
+            nodes:
+              src:  { type: scripted-source, count: 5, samples: 8 }
+              hold: { type: hold, hold_ms: 50 }
+              pass: { type: pass }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links:
+              - src -> hold
+              - { from: hold, to: pass, capacity: 1 }
+              - pass -> sink
+            """)
+        let byLabel = Dictionary(uniqueKeysWithValues: p.edgeStats.map { ($0.label, $0) })
+        let first = try #require(byLabel["src.out -> hold.in"]?.age)
+        #expect(first.count == 5)
+        // Frame k leaves `hold` at 50 (k + 1) ms of manual time, created at 0: ages 50...250 ms.
+        let last = try #require(p.sinkAges.first { $0.node == "sink" }?.age)
+        #expect(last.count == 5)
+        #expect(last.maxMs == 250)
+        #expect(last.p50Ms >= 140 && last.p50Ms <= 160, "\(last)")
+    }
+
+    @Test("a sink that takes frames older than latency_budget_ms emits `late` events and counts them")
+    func lateEvents() async throws {
+        let (p, events) = try await runOnManualClock("""
+            latency_budget_ms: 120
+            nodes:
+              src:  { type: scripted-source, count: 5, samples: 8 }
+              hold: { type: hold, hold_ms: 50 }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links:
+              - src -> hold -> sink
+            """)
+        let late = events.filter { $0.name == "late" }
+        #expect(late.count == 3)
+        #expect(late.map { $0["age_ms"]?.doubleValue ?? 0 } == [150, 200, 250])
+        #expect(late.allSatisfy { $0.node == "sink" && $0["budget_ms"] == .int(120) })
+        #expect(p.nodeStats.first { $0.id == "sink" }?.counters["late"] == 3)
+    }
+
+    @Test("latency_budget_ms must be a positive number of milliseconds")
+    func budgetChecked() {
+        let spec = GraphLoader.parse("latency_budget_ms: -5\nnodes:\n  a: { type: scripted-source }\nlinks: []\n", file: "g.yaml", environment: [:])
+        #expect(spec.issues.contains { $0.location.line == 1 && $0.message.contains("latency_budget_ms") })
+    }
+}
