@@ -80,6 +80,13 @@ let package = Package(
             path: "bench/Sources/voicepipe-bench",
             swiftSettings: strict
         ),
+        // Mutation fuzzer for the parsers of untrusted input (bench/fuzz runs it).
+        .executableTarget(
+            name: "voicepipe-fuzz",
+            dependencies: [core, "Nodes"],
+            path: "bench/Sources/voicepipe-fuzz",
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "PipelineCoreTests",
             dependencies: [core, testing],

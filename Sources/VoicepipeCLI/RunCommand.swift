@@ -10,8 +10,10 @@ struct RunCommand: AsyncParsableCommand {
         commandName: "run",
         abstract: "Run graphs until end of stream or SIGINT/SIGTERM",
         discussion: """
-        On SIGINT/SIGTERM the sources stop, queued frames drain and sinks flush (a WAV header is
-        finalized), then voicepipe exits 0; a second signal exits at once.
+        On SIGINT/SIGTERM/SIGHUP the sources stop, queued frames drain and sinks flush (a WAV header
+        is finalized), then voicepipe exits 0; a second signal exits at once (128 + signal) after
+        rewriting the headers of the WAV files still open. A closed standard output (`| head`) stops
+        the pipeline the same way.
         Exit codes: 0 normal end, 1 a node failed, 2 invalid graph or usage.
         """)
 
@@ -29,6 +31,8 @@ struct RunCommand: AsyncParsableCommand {
 
     func run() async throws {
         try log.bootstrap()
+        SignalCenter.hold()   // held since start-up already; kept until the pipelines start
+        defer { SignalCenter.release() }
         let overrides = try parseOverrides(sets)
         let registry = try plugin.registry()
         var graphs: [ValidatedGraph] = []
@@ -60,8 +64,7 @@ struct RunCommand: AsyncParsableCommand {
         }
 
         let all = pipelines
-        let signals = SignalWatcher { for p in all { p.stop() } }
-        defer { signals.cancel() }
+        SignalCenter.onFirstSignal { for p in all { p.stop() } }
 
         let progress: Task<Void, Never>? = (!quiet && isatty(STDERR_FILENO) == 1) ? Task { await ProgressLine.run(all) } : nil
 
@@ -93,65 +96,6 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitStatus.runtimeFailure
         }
     }
-}
-
-/// Turns SIGINT/SIGTERM into a graceful stop; a second signal exits at once.
-///
-/// The signal handler only writes the signal number to a pipe (async-signal-safe); a dedicated
-/// thread reads the pipe and acts, so exactly one action happens per signal delivered.
-final class SignalWatcher {
-    init(onFirst: @escaping @Sendable () -> Void) {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return }
-        SignalPipe.writeEnd = fds[1]
-        let readEnd = fds[0]
-        for sig in [SIGINT, SIGTERM] {
-            var action = sigaction()
-            #if os(Linux)
-            action.__sigaction_handler.sa_handler = { sig in
-                var byte = UInt8(truncatingIfNeeded: sig)
-                _ = write(SignalPipe.writeEnd, &byte, 1)
-            }
-            #else
-            action.__sigaction_u.__sa_handler = { sig in
-                var byte = UInt8(truncatingIfNeeded: sig)
-                _ = write(SignalPipe.writeEnd, &byte, 1)
-            }
-            #endif
-            sigemptyset(&action.sa_mask)
-            action.sa_flags = SA_RESTART
-            sigaction(sig, &action, nil)
-        }
-        let thread = Thread {
-            var received = 0
-            var byte: UInt8 = 0
-            while true {
-                let n = read(readEnd, &byte, 1)
-                if n < 0 && errno == EINTR { continue }   // another signal interrupted the read
-                guard n == 1 else { return }
-                received += 1
-                if received == 1 {
-                    onFirst()
-                } else {
-                    FileHandle.standardError.write(Data("\nvoicepipe: second signal, exiting at once\n".utf8))
-                    exit(128 + Int32(byte))
-                }
-            }
-        }
-        thread.name = "voicepipe-signals"
-        thread.start()
-    }
-
-    /// Restores the default dispositions (the watcher thread stays parked on its pipe).
-    func cancel() {
-        signal(SIGINT, SIG_DFL)
-        signal(SIGTERM, SIG_DFL)
-    }
-}
-
-/// The write end of the signal pipe, read by the C signal handler.
-enum SignalPipe {
-    nonisolated(unsafe) static var writeEnd: Int32 = -1
 }
 
 /// The live progress line for file sources (stderr, terminals only).

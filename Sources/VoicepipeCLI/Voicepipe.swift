@@ -16,19 +16,33 @@ import Synchronization
 /// `commands` adds subcommands of the package's own next to `run`, `validate`, `nodes`, `graph`
 /// and `devices`.
 public enum Voicepipe {
+    /// Catches SIGINT, SIGTERM and SIGHUP (and ignores SIGPIPE) from this moment on; call it first
+    /// in `main.swift` so that a signal during start-up is handled too. ``main(registry:commands:arguments:)``
+    /// calls it as well.
+    public static func installSignalHandlers() {
+        SignalCenter.install()
+    }
+
     /// Parses the process arguments and runs the command with `registry`'s node types.
     public static func main(registry: NodeRegistry = BuiltinNodes.registry(), commands: [any ParsableCommand.Type] = [],
                             arguments: [String]? = nil) async {
+        SignalCenter.install()
         CLIContext.registry.withLock { $0 = registry }
         CLIContext.extraCommands.withLock { $0 = commands }
         do {
             var command = try RootCommand.parseAsRoot(arguments)
+            if !(command is RunCommand) { SignalCenter.releaseForNonRunCommand() }
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
                 try command.run()
             }
         } catch {
+            // Usage errors are exit code 2, as documented (ArgumentParser's own default is 64).
+            if RootCommand.exitCode(for: error) == .validationFailure {
+                printError(RootCommand.fullMessage(for: error))
+                exit(ExitStatus.invalid.rawValue)
+            }
             RootCommand.exit(withError: error)
         }
     }
@@ -106,14 +120,42 @@ enum LogBootstrap {
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)
             h.logLevel = level
-            return h
+            return EscapingLogHandler(inner: h)
         }
+    }
+}
+
+/// Escapes control characters and bidi overrides in log messages and metadata before they reach
+/// the terminal (server messages and file contents end up in logs).
+struct EscapingLogHandler: LogHandler {
+    var inner: StreamLogHandler
+
+    var logLevel: Logger.Level {
+        get { inner.logLevel }
+        set { inner.logLevel = newValue }
+    }
+    var metadata: Logger.Metadata {
+        get { inner.metadata }
+        set { inner.metadata = newValue }
+    }
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { inner[metadataKey: key] }
+        set { inner[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var e = event
+        e.message = Logger.Message(stringLiteral: TerminalText.escape(event.message.description, keepNewlines: false))
+        if let m = event.metadata {
+            e.metadata = m.mapValues { .string(TerminalText.escape($0.description, keepNewlines: false)) }
+        }
+        inner.log(event: e)
     }
 }
 
 /// Writes to standard error.
 func printError(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
+    FileHandle.standardError.write(Data((TerminalText.escape(text) + "\n").utf8))
 }
 
 /// Parses `--set` values.

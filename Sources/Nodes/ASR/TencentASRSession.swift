@@ -56,6 +56,7 @@ actor TencentASRSession {
     private var connectionVoiceID = ""
     private var endSent = false
     private var everSent = false
+    private let started = ContinuousClock.now
 
     /// Creates a session. `makePacer` makes a pacer whose time zero is now on `clock`;
     /// `count` adds to a node counter (`dropped_audio_ms`, `reconnects`).
@@ -163,8 +164,9 @@ actor TencentASRSession {
     }
 
     private func retry(reason: String) async throws {
+        try Task.checkCancellation()
         noteDropped(backlog.connectionLost())
-        switch reconnect.connectionLost() {
+        switch reconnect.connectionLost(at: ContinuousClock.now - started) {
         case .reconnect(let delay, let attempt):
             count("reconnects", 1)
             let ms = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
@@ -194,8 +196,9 @@ actor TencentASRSession {
             tls = t
         }
         do {
-            try await WebSocketClient.connect(
-                url: request.url, configuration: .init(maxFrameSize: 1 << 20, closeTimeout: .seconds(2)), tlsConfiguration: tls, logger: logger
+            try await BoundedWebSocket.connect(
+                url: request.url, configuration: .init(maxFrameSize: 1 << 20, closeTimeout: .seconds(2)), tlsConfiguration: tls,
+                handshakeTimeout: config.handshakeTimeout, logger: logger
             ) { inbound, outbound, _ in
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { try await self.sendLoop(outbound, acceptedBell: acceptedBell) }
@@ -223,9 +226,20 @@ actor TencentASRSession {
 
     /// Handles one server message; returns true when the connection is done.
     private func receive(_ text: String, acceptedBell: TencentDoorbell) async -> Bool {
-        guard let m = try? TencentServerMessage.parse(text) else {
-            logger.warning("tencent: ignoring a message that is not JSON (\(text.prefix(80)))")
-            return false
+        let m: TencentServerMessage
+        do {
+            m = try TencentServerMessage.parse(text)
+        } catch {
+            // A message that does not follow the protocol (not JSON, a `code` that is not an
+            // integer, times out of range) is never taken for success: report it and drop the
+            // connection, which the bounded reconnection policy then handles.
+            let why: String
+            if case DecodingError.dataCorrupted(let c) = error { why = c.debugDescription } else { why = "not a JSON object of the protocol" }
+            let excerpt = TerminalText.escape(String(text.prefix(80)), keepNewlines: false)
+            count("bad_server_messages", 1)
+            try? await results.send(.error(code: "bad_server_message", message: "Tencent ASR sent a malformed message (\(why)): \(excerpt)"))
+            outcome = .closed("the server sent a malformed message (\(why))")
+            return true
         }
         if m.code != 0 {
             outcome = .serverError(code: m.code, message: m.message)
@@ -236,7 +250,10 @@ actor TencentASRSession {
             reconnect.connected()
             acceptedBell.ring()
         }
-        if let r = m.result { try? await handle(r) }
+        if let r = m.result {
+            if r.sliceType == 2 { reconnect.progressed() }
+            try? await handle(r)
+        }
         if m.isFinal {
             try? await closeOpenUtterance(asInterrupted: false)
             outcome = .finished

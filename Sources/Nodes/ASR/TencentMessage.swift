@@ -101,20 +101,37 @@ public struct TencentResult: Sendable, Decodable, Equatable {
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        sliceType = try c.decodeLoose(.sliceType) ?? 1
-        index = try c.decodeLoose(.index) ?? 0
-        startTime = Int64(try c.decodeLoose(.startTime) ?? 0)
-        endTime = Int64(try c.decodeLoose(.endTime) ?? 0)
+        sliceType = try c.decodeLoose(.sliceType, in: 0...2) ?? 1
+        index = try c.decodeLoose(.index, in: 0...Int(Int32.max)) ?? 0
+        // Times count milliseconds of audio on one connection: anything outside 0...10^10 ms (115
+        // days) is a broken or hostile server, refused before it reaches media-time arithmetic.
+        startTime = Int64(try c.decodeLoose(.startTime, in: 0...Self.maximumTimeMs) ?? 0)
+        endTime = Int64(try c.decodeLoose(.endTime, in: 0...Self.maximumTimeMs) ?? 0)
         text = try c.decodeIfPresent(String.self, forKey: .text) ?? ""
-        wordSize = try c.decodeLoose(.wordSize) ?? 0
+        wordSize = try c.decodeLoose(.wordSize, in: 0...1_000_000) ?? 0
     }
+
+    /// Largest `start_time` / `end_time` accepted, in milliseconds.
+    public static let maximumTimeMs = 10_000_000_000
 }
 
 extension KeyedDecodingContainer {
-    /// An integer given as a number or as a string of digits.
-    func decodeLoose(_ key: Key) throws -> Int? {
-        if let i = try? decodeIfPresent(Int.self, forKey: key) { return i }
-        if let s = try? decodeIfPresent(String.self, forKey: key) { return Int(s) }
-        return nil
+    /// An integer given as a number or as a string of digits; absent or null is `nil`. Anything
+    /// else — a fraction, a number out of range, text — is a decoding error, never a default.
+    func decodeLoose(_ key: Key, in range: ClosedRange<Int>? = nil) throws -> Int? {
+        guard contains(key), (try? decodeNil(forKey: key)) != true else { return nil }
+        let value: Int
+        if let i = try? decode(Int.self, forKey: key) {
+            value = i
+        } else if let s = try? decode(String.self, forKey: key), let i = Int(s.trimmingCharacters(in: .whitespaces)) {
+            value = i
+        } else {
+            throw DecodingError.dataCorruptedError(forKey: key, in: self, debugDescription: "`\(key.stringValue)` is not an integer")
+        }
+        if let range, !range.contains(value) {
+            throw DecodingError.dataCorruptedError(forKey: key, in: self,
+                                                   debugDescription: "`\(key.stringValue)` \(value) is outside \(range.lowerBound)...\(range.upperBound)")
+        }
+        return value
     }
 }

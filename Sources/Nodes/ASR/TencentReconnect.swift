@@ -1,7 +1,10 @@
 /// When and how often the `tencent` engine reconnects after a dropped connection.
 ///
 /// Delays double from ``initialDelay`` up to ``maxDelay``; after ``maxAttempts`` consecutive
-/// failed attempts the engine gives up. A connection the server accepted resets the count.
+/// failed attempts the engine gives up. Only a connection that delivered a recognition result
+/// resets the count (a server that accepts the handshake and then fails every time is still
+/// failing), and no more than ``maxPerWindow`` reconnections happen within ``window`` whatever
+/// the results.
 public struct TencentReconnectPolicy: Sendable, Hashable {
     /// Delay before the first reconnection attempt.
     public var initialDelay: Duration
@@ -9,6 +12,10 @@ public struct TencentReconnectPolicy: Sendable, Hashable {
     public var maxDelay: Duration
     /// Consecutive failed attempts before giving up.
     public var maxAttempts: Int
+    /// The sliding window of ``maxPerWindow``.
+    public var window: Duration = .seconds(60)
+    /// Most reconnections within ``window``.
+    public var maxPerWindow: Int { max(10, 3 * maxAttempts) }
 
     /// Creates a policy; `maxAttempts` must be at least 1.
     public init(initialDelay: Duration = .milliseconds(250), maxDelay: Duration = .seconds(8), maxAttempts: Int = 6) {
@@ -43,17 +50,26 @@ public struct TencentReconnectState: Sendable {
     public let policy: TencentReconnectPolicy
     /// Consecutive failed attempts so far.
     public private(set) var failures = 0
+    private var recent: [Duration] = []
 
     /// Creates the state.
     public init(policy: TencentReconnectPolicy) { self.policy = policy }
 
-    /// The server accepted a connection: the failure count starts again.
-    public mutating func connected() { failures = 0 }
+    /// The server accepted a connection. This alone does not reset the failure count.
+    public mutating func connected() {}
 
-    /// A connection failed or dropped.
-    public mutating func connectionLost() -> Action {
+    /// The connection delivered a recognition result: the failure count starts again.
+    public mutating func progressed() { failures = 0 }
+
+    /// A connection failed or dropped at `now` (any monotonic time line; `nil`: no window check).
+    public mutating func connectionLost(at now: Duration? = nil) -> Action {
         failures += 1
         if failures > policy.maxAttempts { return .giveUp(attempts: failures - 1) }
+        if let now {
+            recent.removeAll { now - $0 >= policy.window }
+            if recent.count >= policy.maxPerWindow { return .giveUp(attempts: recent.count) }
+            recent.append(now)
+        }
         return .reconnect(after: policy.delay(attempt: failures), attempt: failures)
     }
 }

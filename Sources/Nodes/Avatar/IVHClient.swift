@@ -308,15 +308,20 @@ public final class IVHClient: Sendable {
 
 /// JSON helpers of the digital-human protocol.
 public enum IVHJSON {
-    /// An integer from a JSON number or numeric string.
+    /// An integer from a JSON number or numeric string; `nil` for fractions, numbers beyond
+    /// ±2^53 and anything else a peer might send (never a trap).
     public static func int(_ v: Any?) -> Int? {
+        let limit = 1 << 53
+        let value: Int?
         switch v {
-        case let i as Int: i
-        case let d as Double: Int(d)
-        case let n as NSNumber: n.intValue
-        case let s as String: Int(s)
-        default: nil
+        case let i as Int: value = i
+        case let d as Double: value = d.isFinite ? Int(exactly: d) : nil
+        case let n as NSNumber: value = n.doubleValue.isFinite ? Int(exactly: n.doubleValue) : nil
+        case let s as String: value = Int(s)
+        default: value = nil
         }
+        guard let value, (-limit...limit).contains(value) else { return nil }
+        return value
     }
 
     /// A 32-character request id (a UUID without dashes).

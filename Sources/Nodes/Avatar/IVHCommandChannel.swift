@@ -73,7 +73,8 @@ final class IVHCommandChannel: Sendable {
             let opened = Atomic<Bool>(false)
             var reason = "closed by the server"
             do {
-                try await WebSocketClient.connect(url: url(), configuration: config, tlsConfiguration: tls, logger: logger) { inbound, outbound, _ in
+                try await BoundedWebSocket.connect(url: url(), configuration: config, tlsConfiguration: tls,
+                                                   handshakeTimeout: .seconds(10), logger: logger) { inbound, outbound, _ in
                     opened.store(true, ordering: .relaxed)
                     self.queue.setConnected(true)
                     await self.observer.connected(self.openings.wrappingAdd(1, ordering: .relaxed).oldValue)

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import Synchronization
 
 /// Sample encodings a WAV or raw PCM file may hold.
 public enum PCMEncoding: String, Sendable, Hashable, CaseIterable {
@@ -78,7 +79,7 @@ public struct WAVHeader: Sendable, Hashable {
         defer { try? h.close() }
         let fileSize = (try? h.seekToEnd()) ?? 0
         try h.seek(toOffset: 0)
-        let head = h.readData(ofLength: 12)
+        let head = try h.read(upToCount: 12) ?? Data()
         guard head.count == 12 else { throw NodeError("truncated_wav", "\(path): file too short for a WAV header (\(fileSize) bytes)") }
         guard head.prefix(4) == Data("RIFF".utf8), head.subdata(in: 8..<12) == Data("WAVE".utf8) else {
             if head.prefix(4) == Data("RF64".utf8) { throw NodeError("unsupported_wav", "\(path): RF64 WAV files are not supported") }
@@ -89,7 +90,7 @@ public struct WAVHeader: Sendable, Hashable {
         var encoding: PCMEncoding?
         while true {
             try h.seek(toOffset: offset)
-            let ch = h.readData(ofLength: 8)
+            let ch = try h.read(upToCount: 8) ?? Data()
             guard ch.count == 8 else {
                 throw NodeError("truncated_wav", format == nil ? "\(path): truncated WAV: no `fmt ` chunk" : "\(path): truncated WAV: no `data` chunk")
             }
@@ -97,7 +98,7 @@ public struct WAVHeader: Sendable, Hashable {
             let size = UInt64(ch.le32(4))
             let body = offset + 8
             if id == "fmt " {
-                let f = h.readData(ofLength: Int(min(size, 64)))
+                let f = try h.read(upToCount: Int(min(size, 64))) ?? Data()
                 guard f.count >= 16 else { throw NodeError("truncated_wav", "\(path): truncated `fmt ` chunk") }
                 var tag = f.le16(0)
                 let channels = Int(f.le16(2)), rate = Int(f.le32(4)), bits = Int(f.le16(14))
@@ -137,28 +138,26 @@ public struct WAVHeader: Sendable, Hashable {
 }
 
 /// Writes a 16-bit PCM WAV file, finalizing the header sizes on ``close()``.
+///
+/// Every open writer is also listed in ``WAVWriter/finalizeAllForExit()``, so that a process
+/// leaving at once (a second SIGINT) still leaves headers that match the samples written.
 public final class WAVWriter {
-    private let handle: FileHandle
+    private let output: FileOutput
     /// Path written.
     public let path: String
     /// Format written.
     public let format: AudioFormat
     private(set) var dataBytes: UInt64 = 0
     private var closed = false
+    private let registration: Int
 
     /// Creates (truncates) the file and writes a provisional header.
     public init(path: String, format: AudioFormat) throws {
         self.path = path
         self.format = format
-        let dir = (path as NSString).deletingLastPathComponent
-        if !dir.isEmpty, !FileManager.default.fileExists(atPath: dir) {
-            throw NodeError("directory_not_found", "\(path): directory \(dir) does not exist")
-        }
-        guard FileManager.default.createFile(atPath: path, contents: nil), let h = FileHandle(forWritingAtPath: path) else {
-            throw NodeError("file_unwritable", "\(path): cannot create file for writing")
-        }
-        handle = h
-        try handle.write(contentsOf: WAVWriter.header(format: format, dataBytes: 0))
+        output = try FileOutput(path: path)
+        try output.write(WAVWriter.header(format: format, dataBytes: 0))
+        registration = OpenWAVFiles.add(fd: output.fd, format: format)
     }
 
     /// The 44-byte header of a 16-bit PCM WAV file.
@@ -174,22 +173,59 @@ public final class WAVWriter {
         return d
     }
 
-    /// Appends samples.
+    /// Appends samples; a failed write (full disk, I/O error) throws a ``NodeError`` naming the path.
     public func write(_ samples: [Int16]) throws {
-        try samples.withUnsafeBytes { try handle.write(contentsOf: Data($0)) }
+        try samples.withUnsafeBytes { try output.write($0) }
         dataBytes += UInt64(samples.count * 2)
+        OpenWAVFiles.update(registration, dataBytes: dataBytes)
     }
 
     /// Writes the final sizes into the header and closes the file.
     public func close() throws {
         guard !closed else { return }
         closed = true
-        try handle.seek(toOffset: 0)
-        try handle.write(contentsOf: WAVWriter.header(format: format, dataBytes: dataBytes))
-        try handle.close()
+        OpenWAVFiles.remove(registration)
+        do {
+            try output.write(WAVWriter.header(format: format, dataBytes: dataBytes), at: 0)
+        } catch {
+            try? output.close()
+            throw error
+        }
+        try output.close()
+    }
+
+    /// Rewrites the header of every WAV file still open so it declares the samples written so
+    /// far; for a process about to exit without unwinding. Safe from any thread.
+    public static func finalizeAllForExit() {
+        OpenWAVFiles.finalizeAll()
     }
 
     deinit { try? close() }
+}
+
+/// The WAV files open in this process, with their sizes so far.
+enum OpenWAVFiles {
+    struct Entry { var fd: Int32; var format: AudioFormat; var dataBytes: UInt64 }
+    private static let table = Mutex<(next: Int, entries: [Int: Entry])>((0, [:]))
+
+    static func add(fd: Int32, format: AudioFormat) -> Int {
+        table.withLock { t in
+            t.next += 1
+            t.entries[t.next] = Entry(fd: fd, format: format, dataBytes: 0)
+            return t.next
+        }
+    }
+    static func update(_ id: Int, dataBytes: UInt64) { table.withLock { $0.entries[id]?.dataBytes = dataBytes } }
+    static func remove(_ id: Int) { _ = table.withLock { $0.entries.removeValue(forKey: id) } }
+    static func finalizeAll() {
+        table.withLock { t in
+            for (_, e) in t.entries {
+                let header = WAVWriter.header(format: e.format, dataBytes: e.dataBytes)
+                _ = header.withUnsafeBytes { pwrite(e.fd, $0.baseAddress!, $0.count, 0) }
+            }
+            t.entries = [:]
+        }
+    }
 }
 
 extension Data {

@@ -9,16 +9,9 @@ public actor JSONLSinkNode: Node {
     init(configuration c: Configuration) { path = c.path }
 
     public func run(_ context: NodeContext) async throws {
-        let handle: FileHandle
-        if path == "-" {
-            handle = FileHandle.standardOutput
-        } else {
-            guard FileManager.default.createFile(atPath: path, contents: nil), let h = FileHandle(forWritingAtPath: path) else {
-                throw NodeError("file_unwritable", "\(path): cannot create file for writing")
-            }
-            handle = h
-        }
-        defer { if path != "-" { try? handle.close() } }
+        let output = try FileOutput(path: path)
+        defer { try? output.close() }
+        var readerGone = false
         for await frame in context.input() {
             let line: String
             switch frame.payload {
@@ -27,8 +20,22 @@ public actor JSONLSinkNode: Node {
                 line = Event("text", node: context.id, ts: context.elapsed, fields: [("text", .string(t))]).jsonLine()
             default: continue
             }
-            try handle.write(contentsOf: Data((line + "\n").utf8))
+            if readerGone {
+                context.count("lines_not_written")
+                continue
+            }
+            do {
+                try output.write(Data((line + "\n").utf8))
+            } catch let e as NodeError where e.code == "output_closed" && path == "-" {
+                // `voicepipe run … | head`: the reader has what it wanted. Stop the pipeline the way
+                // SIGINT does, so every other sink still finalizes its file; what is left is counted.
+                readerGone = true
+                context.count("lines_not_written")
+                context.logger.notice("standard output closed by its reader; stopping the pipeline")
+                context.requestPipelineStop()
+            }
         }
+        try output.close()
     }
 
     /// Configuration of `jsonl-sink`.

@@ -22,6 +22,15 @@ public actor FileSourceNode: Node {
     }
 
     public func run(_ context: NodeContext) async throws {
+        let kind = try FileKind.of(path)
+        if kind == .stream {
+            guard let raw else {
+                throw NodeError("not_a_regular_file", "\(path): a pipe or device cannot be read as WAV (the header is read with seeks); give `raw: { rate: 16000, channels: 1 }` to stream raw PCM from it")
+            }
+            guard !loop else { throw NodeError("not_a_regular_file", "\(path): a pipe or device cannot be looped; remove `loop: true`") }
+            try await streamRaw(context, format: raw.format, encoding: raw.encoding)
+            return
+        }
         let header: WAVHeader
         if let raw {
             guard let attrs = try? FileManager.default.attributesOfItem(atPath: path), let size = attrs[.size] as? UInt64 else {
@@ -31,6 +40,12 @@ public actor FileSourceNode: Node {
             header = WAVHeader(format: raw.format, encoding: raw.encoding, dataOffset: 0, dataBytes: size - size % frame)
         } else {
             header = try WAVHeader.read(path: path)
+        }
+        if header.dataBytes == 0 {
+            if loop { throw NodeError("no_samples", "\(path): the file holds no audio samples, so there is nothing to loop") }
+            context.logger.warning("\(path): the file holds no audio samples; the source ends at once")
+            context.count("empty_input")
+            return
         }
         let outFormat = AudioFormat(sampleRate: target.rate ?? header.format.sampleRate, channels: target.channels ?? header.format.channels)
         let converter = try AudioConverter(from: header.format, to: outFormat, quality: 5)
@@ -75,6 +90,62 @@ public actor FileSourceNode: Node {
     }
 
     private var sampleIndex: Int64 = 0
+
+    /// Raw PCM from a pipe or device: read as it comes, waiting without blocking a thread, so a
+    /// pipe with no writer yet still stops on the first SIGINT.
+    private func streamRaw(_ context: NodeContext, format rawFormat: AudioFormat, encoding: PCMEncoding) async throws {
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { throw NodeError("file_unreadable", "\(path): cannot open for reading: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let outFormat = AudioFormat(sampleRate: target.rate ?? rawFormat.sampleRate, channels: target.channels ?? rawFormat.channels)
+        let converter = try AudioConverter(from: rawFormat, to: outFormat, quality: 5)
+        let out = context.output()
+        let pacer = context.makePacer()
+        let outFrame = outFormat.frames(ms: frameMs) * outFormat.channels
+        let inFrameBytes = encoding.bytes * rawFormat.channels
+        var carry: [UInt8] = []
+        var pending: [Int16] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        var writerSeen = false
+        var total: UInt64 = 0
+        while true {
+            try Task.checkCancellation()
+            if context.isStopping { break }
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+            if n < 0 {
+                if errno == EAGAIN || errno == EINTR { writerSeen = true; try await Task.sleep(for: .milliseconds(10)); continue }
+                throw NodeError("read_failed", "\(path): read failed: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 {
+                // End of file once a writer has come and gone; before any writer, keep waiting.
+                if writerSeen || total > 0 { break }
+                try await Task.sleep(for: .milliseconds(10))
+                continue
+            }
+            writerSeen = true
+            total += UInt64(n)
+            carry += buffer[0..<n]
+            let whole = carry.count - carry.count % inFrameBytes
+            var decoded: [Int16] = []
+            carry.withUnsafeBytes { encoding.decode(UnsafeRawBufferPointer(rebasing: $0[0..<whole]), into: &decoded) }
+            carry.removeFirst(whole)
+            pending += converter.convert(decoded)
+            while pending.count >= outFrame {
+                try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
+                pending.removeFirst(outFrame)
+            }
+        }
+        pending += converter.flush()
+        while pending.count >= outFrame {
+            try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
+            pending.removeFirst(outFrame)
+        }
+        if !pending.isEmpty { try await emit(context: context, out: out, pacer: pacer, format: outFormat, pending) }
+        if total == 0 {
+            context.logger.warning("\(path): the stream ended without audio samples")
+            context.count("empty_input")
+        }
+    }
 
     private func emit(context: NodeContext, out: OutputPort, pacer: Pacer, format: AudioFormat, _ samples: [Int16]) async throws {
         let frame = Frame.audio(samples, format: format, sampleIndex: sampleIndex)
@@ -159,4 +230,27 @@ public actor FileSourceNode: Node {
         format: .typed(Configuration.self, output: { c, _ in c.outputFormat }),
         executor: .realtime,
         make: { c, _ in FileSourceNode(configuration: c) })
+}
+
+/// What kind of file a source path names, checked before anything is opened.
+enum FileKind: Equatable {
+    /// A regular file: read with seeks, sized in advance.
+    case regular
+    /// A pipe, socket or character device: read as it comes.
+    case stream
+
+    static func of(_ path: String) throws -> FileKind {
+        var st = stat()
+        guard stat(path, &st) == 0 else {
+            let e = errno
+            if e == ENOENT { throw NodeError("file_not_found", "\(path): no such file") }
+            throw NodeError("file_unreadable", "\(path): \(String(cString: strerror(e)))")
+        }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: return .regular
+        case S_IFDIR: throw NodeError("path_is_directory", "\(path): is a directory; give the path of an audio file")
+        case S_IFIFO, S_IFCHR, S_IFSOCK: return .stream
+        default: throw NodeError("not_a_regular_file", "\(path): not a regular file")
+        }
+    }
 }

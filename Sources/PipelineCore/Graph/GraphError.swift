@@ -46,7 +46,7 @@ public struct GraphIssue: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String {
-        "\(location): " + (node.map { "node '\($0)': " } ?? "") + message
+        "\(location): " + (node.map { "node '\(GraphValidator.shown($0))': " } ?? "") + message
     }
 }
 
@@ -59,6 +59,8 @@ public struct GraphError: Error, Sendable, CustomStringConvertible {
     public init(_ issues: [GraphIssue]) { self.issues = issues }
 
     public var description: String {
-        issues.map(\.description).joined(separator: "\n")
+        // A hostile file can hold millions of problems: the first hundred say enough.
+        let shown = issues.prefix(100).map(\.description)
+        return (shown + (issues.count > 100 ? ["… and \(issues.count - 100) more problems"] : [])).joined(separator: "\n")
     }
 }

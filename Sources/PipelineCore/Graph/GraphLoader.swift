@@ -35,6 +35,11 @@ public struct Override: Sendable, Hashable {
 public enum GraphLoader {
     /// Default queue capacity of a link that does not give one.
     public static let defaultCapacity = 32
+    /// Largest graph text accepted, in bytes (after `${VAR}` substitution).
+    public static let maximumSize = 4 << 20
+    /// Largest number of YAML nodes a graph may expand to once aliases are followed: a few
+    /// hundred bytes of nested aliases can otherwise stand for billions of nodes.
+    public static let maximumExpandedNodes = 200_000
 
     /// Loads a graph file from disk.
     public static func load(path: String, environment: [String: String] = ProcessInfo.processInfo.environment,
@@ -55,8 +60,30 @@ public enum GraphLoader {
                              overrides: [Override] = []) -> GraphSpec {
         var spec = GraphSpec(file: file, name: "", nodes: [], links: [], issues: [], warnings: [])
         spec.environment = environment
+        guard text.utf8.count <= maximumSize else {
+            spec.issues.append(GraphIssue(.syntax, at: SourceLocation(file: file, line: 0, column: 0),
+                                          "graph text is \(text.utf8.count) bytes; the limit is \(maximumSize) bytes"))
+            return spec
+        }
         let substituted = substitute(text, file: file, environment: environment, issues: &spec.issues)
-        guard let root = compose(substituted, file: file, issues: &spec.issues) else { return spec }
+        guard substituted.utf8.count <= maximumSize else {
+            spec.issues.append(GraphIssue(.syntax, at: SourceLocation(file: file, line: 0, column: 0),
+                                          "graph text is \(substituted.utf8.count) bytes after ${VAR} substitution; the limit is \(maximumSize) bytes"))
+            return spec
+        }
+        guard let root = compose(substituted, file: file, issues: &spec.issues) else {
+            if spec.issues.isEmpty {
+                spec.issues.append(GraphIssue(.structure, at: SourceLocation(file: file, line: 0, column: 0),
+                                              "the graph is empty (no YAML document); a graph is a mapping with `version: 1`, `nodes:` and `links:`"))
+            }
+            return spec
+        }
+        var budget = maximumExpandedNodes
+        guard fitsExpansion(root, budget: &budget) else {
+            spec.issues.append(GraphIssue(.syntax, at: loc(root, file),
+                                          "the graph expands to more than \(maximumExpandedNodes) YAML nodes once aliases (*name) are followed; refusing it (an alias bomb?)"))
+            return spec
+        }
         guard let top = root.mapping else {
             spec.issues.append(GraphIssue(.structure, at: loc(root, file), "a graph is a mapping with `nodes:` and `links:`"))
             return spec
@@ -183,6 +210,24 @@ public enum GraphLoader {
         }
     }
 
+    /// Walks `node` as if aliases were copies, spending one unit of `budget` per node; false once
+    /// the budget is spent (the walk stops there, so it costs at most `budget` steps).
+    static func fitsExpansion(_ node: YNode, budget: inout Int) -> Bool {
+        budget -= 1
+        guard budget >= 0 else { return false }
+        switch node {
+        case .scalar, .alias: return true
+        case .mapping(let m):
+            for (k, v) in m {
+                guard fitsExpansion(k, budget: &budget), fitsExpansion(v, budget: &budget) else { return false }
+            }
+            return true
+        case .sequence(let seq):
+            for v in seq { guard fitsExpansion(v, budget: &budget) else { return false } }
+            return true
+        }
+    }
+
     static func loc(_ node: YNode, _ file: String) -> SourceLocation {
         SourceLocation(file: file, line: node.mark?.line ?? 0, column: node.mark?.column ?? 0)
     }
@@ -224,6 +269,9 @@ public enum GraphLoader {
         guard let m = node.mapping else {
             spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`nodes:` must be a mapping from node id to parameters"))
             return
+        }
+        if m.count == 0 {
+            spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`nodes:` is empty; a graph needs at least one node"))
         }
         for (k, v) in m {
             let id = k.string ?? ""

@@ -72,13 +72,15 @@ public enum GraphValidator {
         }
 
         // Nodes and parameters.
+        var nodesWithIssues: Set<String> = []
+        var scannedIssues = 0
         for ns in spec.nodes {
             order.append(ns.id)
             guard !ns.type.isEmpty else { continue }
             guard let d = registry.descriptor(ns.type) else {
                 let hint = suggestion(ns.type, among: registry.types).map { " (did you mean '\($0)'?)" } ?? ""
                 issues.append(GraphIssue(.unknownType, at: ns.typeLocation, node: ns.id,
-                                         "unknown node type '\(ns.type)'\(hint); `voicepipe nodes` lists the types"))
+                                         "unknown node type '\(shown(ns.type))'\(hint); `voicepipe nodes` lists the types"))
                 continue
             }
             var values: [String: ParamValue] = [:]
@@ -91,7 +93,7 @@ public enum GraphValidator {
                     }
                     let hint = suggestion(key, among: d.parameters.map(\.name)).map { " (did you mean '\($0)'?)" } ?? ""
                     issues.append(GraphIssue(.unknownParameter, at: at, node: ns.id,
-                                             "unknown parameter '\(key)' for \(d.type)\(hint); accepted: \(d.parameters.map(\.name).joined(separator: ", "))"))
+                                             "unknown parameter '\(shown(key))' for \(d.type)\(hint); accepted: \(d.parameters.map(\.name).joined(separator: ", "))"))
                     continue
                 }
                 if value == .null { continue }
@@ -115,7 +117,11 @@ public enum GraphValidator {
             }
             let config = NodeConfig(id: ns.id, type: d.type, values: values)
             var configuration: any Sendable = config
-            if issues.allSatisfy({ $0.node != ns.id }) {
+            while scannedIssues < issues.count {
+                if let n = issues[scannedIssues].node { nodesWithIssues.insert(n) }
+                scannedIssues += 1
+            }
+            if !nodesWithIssues.contains(ns.id) {
                 do {
                     configuration = try d.decode(config)
                     for message in d.check(configuration) {
@@ -132,14 +138,18 @@ public enum GraphValidator {
                                            restart: ns.restart, outputFormat: nil)
         }
         let known = Set(spec.nodes.map(\.id))
+        let knownNames = Array(known)
+        var suggestions = 0
 
         // Links and ports.
         var links: [(ResolvedLink, SourceLocation)] = []
         for l in spec.links {
             var ok = true
             for end in [l.from.node, l.to.node] where !known.contains(end) {
-                let hint = suggestion(end, among: Array(known)).map { " (did you mean '\($0)'?)" } ?? ""
-                issues.append(GraphIssue(.unknownNode, at: l.location, node: end, "link refers to unknown node '\(end)'\(hint)"))
+                // Suggestions are bounded: a graph of thousands of bad links stays fast to check.
+                suggestions += 1
+                let hint = suggestions > 50 ? "" : suggestion(end, among: knownNames).map { " (did you mean '\($0)'?)" } ?? ""
+                issues.append(GraphIssue(.unknownNode, at: l.location, node: end, "link refers to unknown node '\(shown(end))'\(hint)"))
                 ok = false
             }
             guard ok, let fromNode = resolved[l.from.node], let toNode = resolved[l.to.node] else { continue }
@@ -175,11 +185,19 @@ public enum GraphValidator {
             }
         }
 
+        // Adjacency, built once: everything below stays linear in nodes plus links.
+        var outgoing: [String: [ResolvedLink]] = [:]
+        var incomingByInput: [String: [(ResolvedLink, SourceLocation)]] = [:]
+        for (l, at) in uniqueLinks {
+            outgoing[l.fromNode, default: []].append(l)
+            incomingByInput[l.toNode + "\u{0}" + l.toPort, default: []].append((l, at))
+        }
+
         // Required inputs.
         for ns in spec.nodes {
             guard let r = resolved[ns.id] else { continue }
             for p in r.descriptor.inputs where p.required {
-                if !uniqueLinks.contains(where: { $0.0.toNode == ns.id && $0.0.toPort == p.name }) {
+                if incomingByInput[ns.id + "\u{0}" + p.name] == nil {
                     issues.append(GraphIssue(.unconnectedInput, at: ns.location, node: ns.id,
                                              "input '\(p.name)' (\(p.kindDescription)) is not connected; add a link `something -> \(ns.id)\(p.name == "in" ? "" : "." + p.name)`"))
                 }
@@ -192,17 +210,21 @@ public enum GraphValidator {
         for (l, _) in uniqueLinks { indegree[l.toNode, default: 0] += 1 }
         var queue = order.filter { indegree[$0] == 0 }
         var topo: [String] = []
-        while !queue.isEmpty {
-            let n = queue.removeFirst()
+        var head = 0
+        while head < queue.count {
+            let n = queue[head]
+            head += 1
             topo.append(n)
-            for (l, _) in uniqueLinks where l.fromNode == n {
+            for l in outgoing[n] ?? [] {
                 indegree[l.toNode]! -= 1
                 if indegree[l.toNode] == 0 { queue.append(l.toNode) }
             }
         }
         if topo.count < order.count {
-            let inCycle = order.filter { !topo.contains($0) }
-            let at = uniqueLinks.first(where: { inCycle.contains($0.0.toNode) && inCycle.contains($0.0.fromNode) })?.1
+            let sorted = Set(topo)
+            let inCycle = order.filter { !sorted.contains($0) }
+            let cycleSet = Set(inCycle)
+            let at = uniqueLinks.first(where: { cycleSet.contains($0.0.toNode) && cycleSet.contains($0.0.fromNode) })?.1
                 ?? SourceLocation(file: spec.file, line: 0, column: 0)
             issues.append(GraphIssue(.cycle, at: at, node: inCycle.first,
                                      "links form a cycle through \(inCycle.joined(separator: " -> ")); a graph must be acyclic"))
@@ -211,7 +233,7 @@ public enum GraphValidator {
         // Formats, in topological order.
         for id in topo {
             guard var r = resolved[id] else { continue }
-            let incoming = uniqueLinks.filter { $0.0.toNode == id && $0.0.toPort == (r.descriptor.defaultInput?.name ?? "in") }
+            let incoming = incomingByInput[id + "\u{0}" + (r.descriptor.defaultInput?.name ?? "in")] ?? []
             var inFormat: AudioFormat?
             for (l, at) in incoming {
                 guard let up = resolved[l.fromNode], let f = up.outputFormat, l.fromPort != "events" else { continue }
@@ -285,8 +307,18 @@ public enum GraphValidator {
         return nil
     }
 
+    /// A name from the graph as shown in a message: long names are cut, so a message names the
+    /// problem instead of echoing megabytes of input.
+    static func shown(_ name: String) -> String {
+        guard name.count > 80 else { return name }
+        return String(name.prefix(60)) + "…(\(name.count) characters)"
+    }
+
     /// The closest name by edit distance, if close enough to be a likely typo.
     static func suggestion(_ word: String, among names: [String]) -> String? {
+        // A name far longer than any candidate cannot be a typo of one; the edit distance is
+        // quadratic, so long input is not compared at all.
+        guard word.utf8.count <= 64 else { return nil }
         func distance(_ a: [Character], _ b: [Character]) -> Int {
             if a.isEmpty { return b.count }
             if b.isEmpty { return a.count }

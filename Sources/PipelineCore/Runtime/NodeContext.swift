@@ -64,6 +64,12 @@ public struct NodeContext: Sendable {
     /// True once shutdown has been requested (SIGINT/SIGTERM or `Pipeline.stop()`).
     public var isStopping: Bool { shared.isStopping }
 
+    /// Asks the whole pipeline to stop gracefully, as SIGINT does: sources stop, queued frames
+    /// drain, sinks finalize. For a node whose consumer went away for good (a closed stdout).
+    public func requestPipelineStop() {
+        shared.requestStop()
+    }
+
     /// Emits an event: stamps `node` and `ts`, sends it on the `events` output and to the
     /// pipeline's event stream (``Pipeline/events``).
     public func emit(_ event: Event) async throws {

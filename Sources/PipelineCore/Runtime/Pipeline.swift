@@ -24,7 +24,7 @@ public final class Pipeline: Sendable {
     let contexts: [String: NodeContext]
     let instances: Mutex<[String: any Node]>
     let restarts = Mutex<[String: Int]>([:])
-    let stopSignal = StopSignal()
+    var stopSignal: StopSignal { shared.stopSignal }
     let counters: [String: NodeCounters]
     let fused: Set<String>
     let fusedEdges: [String: FusedLink]

@@ -7,6 +7,7 @@ final class PipelineShared: Sendable {
     let bus = EventBus()
     let progress = ProgressBoard()
     private let stopping = Atomic<Bool>(false)
+    let stopSignal = StopSignal()
 
     var elapsed: Double {
         let d = ContinuousClock.now - start
@@ -14,4 +15,9 @@ final class PipelineShared: Sendable {
     }
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
     func markStopping() { stopping.store(true, ordering: .relaxed) }
+    /// A graceful stop, as `Pipeline.stop()` does.
+    func requestStop() {
+        markStopping()
+        stopSignal.fire()
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import PipelineCore
 import Testing
 @testable import Nodes
@@ -95,12 +96,94 @@ struct TencentASRUnitTests {
         var s = TencentReconnectState(policy: TencentReconnectPolicy(initialDelay: .milliseconds(100), maxDelay: .milliseconds(500), maxAttempts: 4))
         #expect(s.connectionLost() == .reconnect(after: .milliseconds(100), attempt: 1))
         #expect(s.connectionLost() == .reconnect(after: .milliseconds(200), attempt: 2))
-        s.connected()
+        s.connected()   // an accepted handshake proves nothing yet
+        #expect(s.connectionLost() == .reconnect(after: .milliseconds(400), attempt: 3))
+        s.progressed()  // a recognized utterance does
         #expect(s.connectionLost() == .reconnect(after: .milliseconds(100), attempt: 1))
         #expect(s.connectionLost() == .reconnect(after: .milliseconds(200), attempt: 2))
         #expect(s.connectionLost() == .reconnect(after: .milliseconds(400), attempt: 3))
         #expect(s.connectionLost() == .reconnect(after: .milliseconds(500), attempt: 4))
         #expect(s.connectionLost() == .giveUp(attempts: 4))
+    }
+
+    @Test func reconnectionsAreBoundedOverAWindowEvenWithProgress() {
+        var s = TencentReconnectState(policy: TencentReconnectPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(10), maxAttempts: 3))
+        let limit = s.policy.maxPerWindow
+        var given = 0
+        for i in 0..<(limit + 5) {
+            s.progressed()
+            if case .giveUp = s.connectionLost(at: .seconds(i)) { given = i; break }
+        }
+        #expect(given == limit, "gave up at reconnection \(given), limit \(limit) per \(s.policy.window)")
+        // Spread out beyond the window, the same number is fine.
+        var t = TencentReconnectState(policy: s.policy)
+        for i in 0..<(limit * 3) {
+            t.progressed()
+            if case .giveUp = t.connectionLost(at: .seconds(i * 30)) { Issue.record("gave up at \(i)"); break }
+            if case .giveUp = t.connectionLost(at: .seconds(i * 30 + 1)) { Issue.record("gave up at \(i)"); break }
+        }
+    }
+
+    /// What a hostile or broken server may put in a message: never taken for success, never a trap.
+    @Test("malformed server messages are refused", arguments: [
+        #"{"code":1e30,"message":"x"}"#, #"{"code":4002.5,"message":"x"}"#, #"{"code":"zero","message":"x"}"#, #"{"code":[],"message":"x"}"#,
+        #"{"code":0,"result":{"slice_type":2,"index":0,"start_time":9223372036854775807,"end_time":1}}"#,
+        #"{"code":0,"result":{"slice_type":2,"index":0,"start_time":0,"end_time":-5}}"#,
+        #"{"code":0,"result":{"slice_type":2,"index":0,"start_time":0,"end_time":1e300}}"#,
+        #"{"code":0,"result":{"slice_type":7,"index":0,"start_time":0,"end_time":1}}"#,
+        #"{"code":0,"final":2.5}"#, "not json", "[]",
+    ])
+    func malformedMessages(text: String) {
+        #expect(throws: (any Error).self) { try TencentServerMessage.parse(text) }
+    }
+
+    @Test func digitalHumanNumbersNeverTrap() {
+        #expect(IVHJSON.int(1e30) == nil)
+        #expect(IVHJSON.int(-Double.infinity) == nil)
+        #expect(IVHJSON.int(Double.nan) == nil)
+        #expect(IVHJSON.int(4.5) == nil)
+        #expect(IVHJSON.int(110014.0) == 110014)
+        #expect(IVHJSON.int("12") == 12)
+        #expect(IVHPush.decode(#"{"Header":{"Code":1e30,"Message":"m"},"Payload":{"Type":1e300,"SpeechId":-1e200}}"#) != nil)
+    }
+
+    @Test func aServerThatAcceptsThenAlwaysFailsIsGivenUpOn() async throws {
+        let server = try await TencentASRServer.start(.init(secretKey: TencentTestKeys.secretKey, utteranceMs: 2000, dropEveryAfterMs: 100))
+        defer { Task { await server.shutdown() } }
+        let log = ASRResultLog()
+        await #expect(throws: NodeError.self) {
+            try await runTencentSession(.local(port: server.port, maxAttempts: 3), inputs: NumberedAudio.inputs(chunks: 40, realtime: false), log: log)
+        }
+        #expect(server.connections.count == 4, "the first connection and three attempts, not one per accepted handshake")
+    }
+
+    @Test func aListenerThatNeverAnswersTheHandshakeTimesOutAndCancelsPromptly() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) } }
+        listen(listener, 16)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &len) } }
+        let port = Int(UInt16(bigEndian: addr.sin_port))
+        let started = ContinuousClock.now
+        await #expect(throws: BoundedWebSocket.HandshakeTimeout.self) {
+            try await BoundedWebSocket.connect(url: "ws://127.0.0.1:\(port)/", configuration: .init(), tlsConfiguration: nil,
+                                               handshakeTimeout: .milliseconds(500), logger: Logger(label: "test")) { _, _, _ in }
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        // Cancelled before the upgrade: returns instead of waiting for ever.
+        let task = Task {
+            try await BoundedWebSocket.connect(url: "ws://127.0.0.1:\(port)/", configuration: .init(), tlsConfiguration: nil,
+                                               handshakeTimeout: .seconds(600), logger: Logger(label: "test")) { _, _, _ in }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        task.cancel()
+        let result = await task.result
+        #expect((try? result.get()) == nil, "a cancelled connection attempt ends with an error")
     }
 
     @Test func backlogHoldsReplaysAndDropsTheOldestWhenFull() {

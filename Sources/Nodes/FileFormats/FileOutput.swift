@@ -1,0 +1,96 @@
+import Foundation
+import PipelineCore
+import Synchronization
+
+/// A file (or standard output) written with POSIX calls, every result checked: a full disk, a
+/// closed pipe or an I/O error becomes a ``NodeError`` naming the path, never a silent loss.
+/// Partial writes and interrupted calls are retried.
+final class FileOutput: @unchecked Sendable {
+    /// The path, or `-` for standard output.
+    let path: String
+    let fd: Int32
+    private let owned: Bool
+    private var closed = false
+
+    /// Creates (truncates) `path`, or wraps standard output for `-`.
+    init(path: String) throws {
+        self.path = path
+        if path == "-" {
+            fd = STDOUT_FILENO
+            owned = false
+            return
+        }
+        let dir = (path as NSString).deletingLastPathComponent
+        var isDirectory: ObjCBool = false
+        if !dir.isEmpty, !FileManager.default.fileExists(atPath: dir, isDirectory: &isDirectory) {
+            throw NodeError("directory_not_found", "\(path): directory \(dir) does not exist")
+        }
+        let d = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard d >= 0 else {
+            let e = errno
+            throw NodeError(e == EISDIR ? "path_is_directory" : "file_unwritable",
+                            "\(path): cannot open for writing: \(String(cString: strerror(e)))")
+        }
+        fd = d
+        owned = true
+    }
+
+    /// Writes all of `bytes` at the current position.
+    func write(_ bytes: UnsafeRawBufferPointer) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = Foundation.write(fd, bytes.baseAddress! + done, bytes.count - done)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw failure(errno)
+            }
+            done += n
+        }
+    }
+
+    /// Writes `data` at the current position.
+    func write(_ data: Data) throws {
+        try data.withUnsafeBytes { try write($0) }
+    }
+
+    /// Writes `data` at `offset` without moving the position.
+    func write(_ data: Data, at offset: Int64) throws {
+        try data.withUnsafeBytes { bytes in
+            var done = 0
+            while done < bytes.count {
+                let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw failure(errno)
+                }
+                done += n
+            }
+        }
+    }
+
+    /// Flushes to the device and closes (standard output is flushed, not closed). A failure of
+    /// either is reported: some file systems report a full disk only here.
+    func close() throws {
+        guard !closed else { return }
+        closed = true
+        guard owned else { return }
+        let synced = fsync(fd) == 0 || errno == EINVAL || errno == EROFS   // pipes and devices cannot sync
+        let syncError = errno
+        let r = Foundation.close(fd)
+        let closeError = errno
+        if !synced { throw failure(syncError) }
+        if r != 0 && closeError != EINTR { throw failure(closeError) }
+    }
+
+    func failure(_ e: Int32) -> NodeError {
+        let what = path == "-" ? "standard output" : path
+        switch e {
+        case EPIPE: return NodeError("output_closed", "\(what): the reader went away (broken pipe)")
+        case ENOSPC: return NodeError("disk_full", "\(what): no space left on device; the output is incomplete")
+        case EDQUOT: return NodeError("disk_full", "\(what): disk quota exceeded; the output is incomplete")
+        default: return NodeError("write_failed", "\(what): write failed: \(String(cString: strerror(e)))")
+        }
+    }
+
+    deinit { if owned && !closed { Foundation.close(fd) } }
+}

@@ -1,0 +1,290 @@
+// voicepipe-fuzz: a mutation fuzzer for the parsers that read untrusted input — graph files
+// (YAML loader and validator), WAV headers, RTP packets, and the Tencent ASR and digital-human
+// server messages. Each target runs for a bounded time from a seed corpus; an input that traps
+// (a crash) or runs longer than the hang limit is written to the crash directory and the run
+// exits non-zero. Errors thrown by the parsers are the expected outcome for bad input.
+//
+//   voicepipe-fuzz all --seconds 20 --crash-dir .build/fuzz-crashes
+//   voicepipe-fuzz yaml --seconds 60 --seed 7
+//   voicepipe-fuzz replay wav crash-wav-000.bin
+import Foundation
+import Nodes
+import PipelineCore
+
+// MARK: - Crash and hang capture
+
+/// The input being tried, kept where a signal handler can reach it without allocating.
+nonisolated(unsafe) var currentInput = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 1)
+nonisolated(unsafe) var currentLength = 0
+nonisolated(unsafe) var crashPath: UnsafeMutablePointer<CChar>?
+nonisolated(unsafe) var inputStarted: UInt64 = 0   // monotonic ns; 0 = idle
+
+func monotonicNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+func dumpCurrentInput() {
+    guard let path = crashPath else { return }
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    if fd >= 0 {
+        _ = write(fd, currentInput.baseAddress!, currentLength)
+        close(fd)
+    }
+}
+
+func installCrashHandlers() {
+    for sig in [SIGILL, SIGTRAP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE] {
+        var action = sigaction()
+        action.__sigaction_handler.sa_handler = { sig in
+            dumpCurrentInput()
+            // Only async-signal-safe calls here: a fixed message, then the default action.
+            _ = "voicepipe-fuzz: CRASH; the input is saved in the crash directory\n".withCString { write(2, $0, strlen($0)) }
+            signal(sig, SIG_DFL)
+            raise(sig)
+        }
+        sigemptyset(&action.sa_mask)
+        action.sa_flags = 0
+        sigaction(sig, &action, nil)
+    }
+}
+
+func startHangWatchdog(limit: Double) {
+    let thread = Thread {
+        while true {
+            usleep(100_000)
+            let started = inputStarted
+            if started != 0, Double(monotonicNanos() &- started) / 1e9 > limit {
+                dumpCurrentInput()
+                FileHandle.standardError.write(Data("voicepipe-fuzz: HANG (one input ran over \(limit) s); input saved\n".utf8))
+                _exit(3)
+            }
+        }
+    }
+    thread.start()
+}
+
+// MARK: - Targets
+
+struct Target {
+    var name: String
+    var text: Bool
+    var dictionary: [String]
+    var seeds: () -> [[UInt8]]
+    var run: ([UInt8]) -> Void
+}
+
+let registry = BuiltinNodes.registry()
+let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("voicepipe-fuzz-\(getpid())").path
+try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+
+func repoFile(_ relative: String) -> String {
+    var dir = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+    for _ in 0..<6 {
+        let candidate = dir.appendingPathComponent(relative).path
+        if FileManager.default.fileExists(atPath: candidate) { return candidate }
+        dir = dir.deletingLastPathComponent()
+    }
+    return FileManager.default.currentDirectoryPath + "/" + relative
+}
+
+func wav(rate: UInt32, channels: UInt16, bits: UInt16, tag: UInt16, samples: Int) -> [UInt8] {
+    var d: [UInt8] = []
+    func u32(_ v: UInt32) { d += withUnsafeBytes(of: v.littleEndian, Array.init) }
+    func u16(_ v: UInt16) { d += withUnsafeBytes(of: v.littleEndian, Array.init) }
+    let dataBytes = UInt32(samples) * UInt32(channels) * UInt32(bits / 8)
+    d += Array("RIFF".utf8); u32(36 + dataBytes); d += Array("WAVE".utf8)
+    d += Array("fmt ".utf8); u32(16); u16(tag); u16(channels); u32(rate)
+    u32(rate * UInt32(channels) * UInt32(bits / 8)); u16(channels * bits / 8); u16(bits)
+    d += Array("data".utf8); u32(dataBytes)
+    d += (0..<Int(dataBytes)).map { UInt8(truncatingIfNeeded: $0 &* 37) }
+    return d
+}
+
+let targets: [Target] = [
+    Target(name: "yaml", text: true,
+           dictionary: ["&a ", "*a", "<<: *a", "{", "}", "[", "]", ": ", "\n  ", "\n    ", "- ", "type: ", "version: 1", "nodes:", "links:",
+                        " -> ", ".out", ".events", "${HOME}", "${X:-1}", "$$", "!!binary ", "'", "\"", "1e309", "-1e19", "1e19",
+                        "9223372036854775807", "-9223372036854775808", "0x7fffffff", "-1", "0", "null", "~", "true", "capacity: ",
+                        "overflow: drop-oldest", "latency_budget_ms: ", "executor: realtime", "restart: {max: 1}", "plugins: [x]",
+                        "tone-source", "file-source", "wav-sink", "vad", "slicer", "resample", "opus-encode", "jitter-buffer", "asr",
+                        "rate: ", "frame_ms: ", "duration_ms: ", "seed: ", "\t", "#", "---\n", "...\n", "? "],
+           seeds: {
+               let dir = repoFile("pipelines")
+               let files = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+               var out = files.filter { $0.hasSuffix(".yaml") }.sorted().compactMap { FileManager.default.contents(atPath: dir + "/" + $0).map { Array($0) } }
+               out.append(Array("version: 1\nnodes:\n  a: &p { type: tone-source, duration_ms: 40 }\n  b: { type: null-sink }\nlinks:\n  - a -> b\n".utf8))
+               return out
+           },
+           run: { bytes in
+               let text = String(decoding: bytes, as: UTF8.self)
+               let spec = GraphLoader.parse(text, file: "<fuzz>", environment: ["HOME": "/root", "X": "2"])
+               if let g = try? GraphValidator.validate(spec, registry: registry) {
+                   _ = try? Pipeline(graph: g)
+               }
+           }),
+    Target(name: "wav", text: false, dictionary: ["RIFF", "WAVE", "fmt ", "data", "LIST", "RF64", "\u{FF}\u{FF}\u{FF}\u{FF}", "\u{0}\u{0}\u{0}\u{0}", "\u{FE}\u{FF}"],
+           seeds: {
+               [wav(rate: 16000, channels: 1, bits: 16, tag: 1, samples: 64), wav(rate: 48000, channels: 2, bits: 24, tag: 1, samples: 16),
+                wav(rate: 8000, channels: 1, bits: 8, tag: 1, samples: 40), wav(rate: 44100, channels: 2, bits: 32, tag: 3, samples: 10),
+                wav(rate: 22050, channels: 1, bits: 64, tag: 3, samples: 8), wav(rate: 16000, channels: 1, bits: 32, tag: 0xFFFE, samples: 8)]
+           },
+           run: { bytes in
+               let path = scratch + "/input.wav"
+               FileManager.default.createFile(atPath: path, contents: Data(bytes))
+               guard let h = try? WAVHeader.read(path: path) else { return }
+               let start = Int(min(h.dataOffset, UInt64(bytes.count)))
+               let end = Int(min(h.dataOffset + h.dataBytes, UInt64(bytes.count)))
+               var out: [Int16] = []
+               bytes[start..<end].withUnsafeBytes { h.encoding.decode($0, into: &out) }
+               if let c = try? AudioConverter(from: h.format, to: AudioFormat(sampleRate: 16000, channels: 1), quality: 3) {
+                   _ = c.convert(out)
+               }
+           }),
+    Target(name: "rtp", text: false, dictionary: ["\u{80}", "\u{90}", "\u{A0}", "\u{BF}", "\u{0}\u{0}", "\u{FF}\u{FF}"],
+           seeds: {
+               [RTPPacket(marker: true, payloadType: 96, sequenceNumber: 1, timestamp: 160, ssrc: 0x1234, payload: Array(repeating: 7, count: 40)).serialized(),
+                RTPPacket(payloadType: 111, sequenceNumber: 65535, timestamp: .max, ssrc: 1, payload: [1, 2, 3]).serialized(),
+                [0x90, 0x60, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0xBE, 0xDE, 0, 1, 0x10, 0xAA, 0, 0, 1, 2, 3],
+                [0xA0, 0x60, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 9, 9, 0, 3],
+                [0x82, 0x60, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 5]]
+           },
+           run: { bytes in _ = try? RTPPacket(parsing: bytes) }),
+    Target(name: "tencent", text: true,
+           dictionary: ["\"code\":", "\"message\":", "\"voice_id\":", "\"result\":", "\"final\":", "\"slice_type\":", "\"index\":",
+                        "\"start_time\":", "\"end_time\":", "\"voice_text_str\":", "\"word_size\":", "\"word_list\":", "1e30", "4002.5",
+                        "9223372036854775807", "-1", "null", "[]", "{}", "\"\u{1B}[2J\"", "\"\u{202E}\"", "0", "1", "2"],
+           seeds: {
+               [#"{"code":0,"message":"success","voice_id":"v1","message_id":"v1_11_0"}"#,
+                #"{"code":0,"message":"success","voice_id":"v1","message_id":"v1_241","result":{"slice_type":1,"index":0,"start_time":0,"end_time":1240,"voice_text_str":"hello","word_size":0,"word_list":[]}}"#,
+                #"{"code":0,"message":"success","voice_id":"v1","result":{"slice_type":2,"index":0,"start_time":0,"end_time":2040,"voice_text_str":"hello world.","word_size":0}}"#,
+                #"{"code":0,"message":"success","voice_id":"v1","final":1}"#,
+                #"{"code":4008,"message":"no audio for 15 s","voice_id":"v1"}"#].map { Array($0.utf8) }
+           },
+           run: { bytes in _ = try? TencentServerMessage.parse(String(decoding: bytes, as: UTF8.self)) }),
+    Target(name: "ivh", text: true,
+           dictionary: ["\"Header\":", "\"Payload\":", "\"Code\":", "\"Message\":", "\"Type\":", "\"Text\":", "\"TextDisplay\":", "\"SpeechId\":",
+                        "\"SpeakStatus\":", "1e30", "-1e300", "NaN", "4.5", "null", "[]", "{}", "\"1\"", "\"9223372036854775808\""],
+           seeds: {
+               [#"{"Header":{"Code":0,"Message":"","RequestID":"r"},"Payload":{"Type":2,"TextDisplay":"hi","SpeechId":3}}"#,
+                #"{"Header":{"Code":110014,"Message":"not ready"}}"#,
+                #"{"Payload":{"Type":3,"SpeakStatus":"SpeakOver","SpeechId":"4"}}"#,
+                #"{"Type":1,"Text":"hello"}"#].map { Array($0.utf8) }
+           },
+           run: { bytes in _ = IVHPush.decode(String(decoding: bytes, as: UTF8.self)) }),
+]
+
+// MARK: - Mutation
+
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+func mutate(_ input: [UInt8], corpus: [[UInt8]], dictionary: [[UInt8]], rng: inout SplitMix, maxLength: Int) -> [UInt8] {
+    var d = input
+    let rounds = 1 + Int(rng.next() % 4)
+    for _ in 0..<rounds {
+        switch rng.next() % 9 {
+        case 0 where !d.isEmpty:   // flip a bit
+            let i = Int(rng.next() % UInt64(d.count)); d[i] ^= 1 << (rng.next() % 8)
+        case 1 where !d.isEmpty:   // an interesting byte
+            let i = Int(rng.next() % UInt64(d.count)); d[i] = [0, 0xFF, 0x7F, 0x80, 0x20, 0x0A, 0x3A, 0x2D][Int(rng.next() % 8)]
+        case 2 where !d.isEmpty:   // delete a run
+            let i = Int(rng.next() % UInt64(d.count)); let n = min(d.count - i, 1 + Int(rng.next() % 16)); d.removeSubrange(i..<i + n)
+        case 3:                    // insert a dictionary token
+            guard let token = dictionary.randomElement(using: &rng) else { break }
+            let i = d.isEmpty ? 0 : Int(rng.next() % UInt64(d.count + 1)); d.insert(contentsOf: token, at: i)
+        case 4 where !d.isEmpty:   // duplicate a run
+            let i = Int(rng.next() % UInt64(d.count)); let n = min(d.count - i, 1 + Int(rng.next() % 64))
+            let j = Int(rng.next() % UInt64(d.count + 1)); d.insert(contentsOf: d[i..<i + n], at: j)
+        case 5:                    // splice with another corpus entry
+            guard let other = corpus.randomElement(using: &rng), !other.isEmpty, !d.isEmpty else { break }
+            let cut = Int(rng.next() % UInt64(d.count)); let from = Int(rng.next() % UInt64(other.count))
+            d = Array(d[..<cut]) + Array(other[from...])
+        case 6 where d.count >= 4: // overwrite a 32-bit word with an extreme value
+            let i = Int(rng.next() % UInt64(d.count - 3))
+            let v: UInt32 = [0, 1, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 0xFFFF_FFFE, 44, 16][Int(rng.next() % 8)]
+            withUnsafeBytes(of: v.littleEndian) { for k in 0..<4 { d[i + k] = $0[k] } }
+        case 7 where !d.isEmpty:   // replace a digit run with an extreme number
+            guard let i = d.indices.filter({ d[$0] >= 0x30 && d[$0] <= 0x39 }).randomElement(using: &rng) else { break }
+            var j = i; while j < d.count, d[j] >= 0x30 && d[j] <= 0x39 { j += 1 }
+            let numbers = ["1e309", "-1", "9223372036854775807", "18446744073709551616", "1e19", "0", "4002.5", "-9223372036854775808", "600000000000000"]
+            d.replaceSubrange(i..<j, with: Array(numbers.randomElement(using: &rng)!.utf8))
+        default:                   // truncate
+            if !d.isEmpty { d.removeLast(Int(rng.next() % UInt64(min(d.count, 32))) + 0) }
+        }
+    }
+    if d.count > maxLength { d.removeLast(d.count - maxLength) }
+    return d
+}
+
+// MARK: - Driver
+
+func runTarget(_ t: Target, seconds: Double, seed: UInt64, crashDir: String) -> Int {
+    let path = crashDir + "/crash-\(t.name).bin"
+    crashPath = strdup(path)
+    var rng = SplitMix(state: seed)
+    var corpus = t.seeds()
+    let dictionary = t.dictionary.map { Array($0.utf8) }
+    let maxLength = t.text ? 8192 : 4096
+    let deadline = monotonicNanos() + UInt64(seconds * 1e9)
+    var n = 0
+    var kept = 0
+    while monotonicNanos() < deadline {
+        let base = corpus.isEmpty ? [] : corpus[Int(rng.next() % UInt64(corpus.count))]
+        let input = n < corpus.count ? corpus[n] : mutate(base, corpus: corpus, dictionary: dictionary, rng: &rng, maxLength: maxLength)
+        currentLength = min(input.count, currentInput.count)
+        input.withUnsafeBytes { src in currentInput.baseAddress!.copyMemory(from: src.baseAddress ?? UnsafeRawPointer(currentInput.baseAddress!), byteCount: currentLength) }
+        inputStarted = monotonicNanos()
+        t.run(input)
+        inputStarted = 0
+        n += 1
+        // Keep a sample of mutants as new bases, so mutations compound (bounded corpus).
+        if rng.next() % 64 == 0 {
+            if corpus.count < 512 { corpus.append(input) } else { corpus[Int(rng.next() % 512)] = input }
+            kept += 1
+        }
+    }
+    print("voicepipe-fuzz: \(t.name): \(n) inputs in \(String(format: "%.0f", seconds)) s, no crash, no hang (seed \(seed))")
+    return n
+}
+
+var args = Array(CommandLine.arguments.dropFirst())
+func option(_ name: String, _ args: inout [String]) -> String? {
+    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
+    defer { args.removeSubrange(i...i + 1) }
+    return args[i + 1]
+}
+let seconds = option("--seconds", &args).flatMap(Double.init) ?? 10
+let seed = option("--seed", &args).flatMap(UInt64.init) ?? UInt64(UInt32(truncatingIfNeeded: time(nil)))
+let crashDir = option("--crash-dir", &args) ?? FileManager.default.currentDirectoryPath
+let hangLimit = option("--hang-limit", &args).flatMap(Double.init) ?? 5
+try? FileManager.default.createDirectory(atPath: crashDir, withIntermediateDirectories: true)
+installCrashHandlers()
+startHangWatchdog(limit: hangLimit)
+
+guard let which = args.first else {
+    print("usage: voicepipe-fuzz all|\(targets.map(\.name).joined(separator: "|")) [--seconds N] [--seed S] [--crash-dir DIR] [--hang-limit S]")
+    print("       voicepipe-fuzz replay TARGET FILE")
+    exit(2)
+}
+if which == "replay" {
+    guard args.count == 3, let t = targets.first(where: { $0.name == args[1] }), let data = FileManager.default.contents(atPath: args[2]) else {
+        print("usage: voicepipe-fuzz replay TARGET FILE"); exit(2)
+    }
+    t.run(Array(data))
+    print("voicepipe-fuzz: replay of \(args[2]) on \(t.name) ended normally")
+    exit(0)
+}
+let chosen = which == "all" ? targets : targets.filter { $0.name == which }
+guard !chosen.isEmpty else { print("voicepipe-fuzz: unknown target '\(which)'"); exit(2) }
+for t in chosen { _ = runTarget(t, seconds: seconds, seed: seed, crashDir: crashDir) }
+try? FileManager.default.removeItem(atPath: scratch)
