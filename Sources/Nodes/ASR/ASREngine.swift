@@ -88,14 +88,37 @@ public struct ASRTranscript: Sendable, Hashable {
     public var startMs: Int64
     /// Media time where the text ends, in milliseconds.
     public var endMs: Int64
+    /// Word timings, when the engine gives them (Tencent with `word_info`).
+    public var words: [ASRWord]
 
     /// Creates a transcript.
-    public init(text: String, voiceID: String, seq: Int, startMs: Int64, endMs: Int64) {
+    public init(text: String, voiceID: String, seq: Int, startMs: Int64, endMs: Int64, words: [ASRWord] = []) {
         self.text = text
         self.voiceID = voiceID
         self.seq = seq
         self.startMs = startMs
         self.endMs = endMs
+        self.words = words
+    }
+}
+
+/// One recognized word with its media times.
+public struct ASRWord: Sendable, Hashable {
+    /// The word.
+    public var word: String
+    /// Media time where it begins, in milliseconds.
+    public var startMs: Int64
+    /// Media time where it ends, in milliseconds.
+    public var endMs: Int64
+    /// False while the engine may still change it.
+    public var stable: Bool
+
+    /// Creates a word.
+    public init(word: String, startMs: Int64, endMs: Int64, stable: Bool) {
+        self.word = word
+        self.startMs = startMs
+        self.endMs = endMs
+        self.stable = stable
     }
 }
 
@@ -110,7 +133,7 @@ public enum ASRResult: Sendable {
     /// The utterance ended.
     case utteranceEnd(voiceID: String, seq: Int)
     /// A recoverable error (event `error`); `code` is stable (`server_error_4002`, `reconnecting`, ...).
-    case error(code: String, message: String)
+    case error(code: String, message: String, voiceID: String? = nil)
 }
 
 /// Where an engine sends its results. Safe to call from any task; results are handled in the

@@ -46,14 +46,20 @@ public actor ASRNode: Node {
             }
         case .utteranceEnd(let voiceID, let seq):
             try await context.emit("utterance_end", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))])
-        case .error(let code, let message):
-            try await context.emitError(code: code, message: message)
+        case .error(let code, let message, let voiceID):
+            try await context.emit(Event.error(code: code, message: message, voiceID: voiceID))
         }
     }
 
     private static func fields(_ t: ASRTranscript, final: Bool) -> [(String, EventValue)] {
-        [("voice_id", .string(t.voiceID)), ("seq", .int(Int64(t.seq))), ("text", .string(t.text)),
-         ("final", .bool(final)), ("start_ms", .int(t.startMs)), ("end_ms", .int(t.endMs))]
+        var fields: [(String, EventValue)] = [("voice_id", .string(t.voiceID)), ("seq", .int(Int64(t.seq))), ("text", .string(t.text)),
+                                              ("final", .bool(final)), ("start_ms", .int(t.startMs)), ("end_ms", .int(t.endMs))]
+        if !t.words.isEmpty {
+            fields.append(("words", .array(t.words.map { w in
+                .object(["word": .string(w.word), "start_ms": .int(w.startMs), "end_ms": .int(w.endMs), "stable": .bool(w.stable)])
+            })))
+        }
+        return fields
     }
 
     /// Joins final texts: with a space between words of alphabetic scripts, without one next to

@@ -33,6 +33,13 @@ public struct TencentASRConfiguration: Sendable {
     public var finalTimeout: Duration
     /// How long to wait for the server's answer (`code` 0 or an error) after connecting.
     public var handshakeTimeout: Duration
+    /// After this long without audio to send, the connection is ended cleanly (`{"type": "end"}`,
+    /// final result) and the next audio opens a new one; zero: never. The service drops a
+    /// connection that receives no audio for 15 s (4008) and warns that gaps over 6 s may break
+    /// recognition, so a quiet room must not hold a connection open.
+    public var idleEnd: Duration = .milliseconds(TencentASRConfiguration.defaultIdleEndMs)
+    /// `idle_end_ms` when not given.
+    public static let defaultIdleEndMs = 4000
 
     /// The model when `engine_model_type` is not given.
     public static let defaultEngineModelType = "16k_zh"
@@ -91,8 +98,10 @@ public struct TencentASRConfiguration: Sendable {
         var reconnect = TencentReconnectPolicy()
         if let attempts = p.reconnectAttempts { reconnect.maxAttempts = max(1, attempts) }
         self.init(appID: app, secretID: sid, secretKey: skey, endpoint: endpoint,
-                  engineModelType: p.model, extraParameters: p.params ?? [:], caFile: p.caFile,
-                  reconnect: reconnect, maxHeldMs: p.holdMs ?? Self.defaultMaxHeldMs)
+                  engineModelType: p.model, extraParameters: (p.params ?? [:]).merging(p.serviceParameters) { $1 }, caFile: p.caFile,
+                  reconnect: reconnect, maxHeldMs: p.holdMs ?? Self.defaultMaxHeldMs,
+                  finalTimeout: .milliseconds(p.finalTimeoutMs ?? 15_000), handshakeTimeout: .milliseconds(p.handshakeTimeoutMs ?? 10_000))
+        idleEnd = .milliseconds(p.idleEndMs ?? Self.defaultIdleEndMs)
     }
 
     /// Resolves untyped parameter values (as ``init(parameters:environment:)`` does; for tests and
@@ -130,7 +139,8 @@ public struct TencentASRConfiguration: Sendable {
         params["voice_id"] = voiceID
         params["voice_format"] = "1"
         let path = endpoint.pathPrefix + "/asr/v2/" + appID
-        let text = TencentSignature.signedText(host: endpoint.hostHeader, path: path, parameters: params)
+        // The signed host is the bare host name, without a port, as the official SDKs sign it.
+        let text = TencentSignature.signedText(host: endpoint.host, path: path, parameters: params)
         let signature = TencentSignature.sign(text, secretKey: secretKey)
         let query = TencentSignature.canonicalQuery(params, encode: true) + "&signature=" + TencentSignature.percentEncode(signature)
         var redacted = params

@@ -50,9 +50,44 @@ public struct TencentASREngine: ASREngine {
         public var holdMs: Int?
         /// Consecutive reconnection attempts; `nil` = the ``TencentReconnectPolicy`` default.
         public var reconnectAttempts: Int?
+        /// The service's own options, checked (`nil` = the service's default).
+        public var filterDirty: Int?
+        public var filterModal: Int?
+        public var filterPunc: Int?
+        public var convertNumMode: String?
+        public var wordInfo: Int?
+        public var hotwordID: String?
+        public var hotwordList: String?
+        public var customizationID: String?
+        public var vadSilenceTime: Int?
+        public var noiseThreshold: Double?
+        public var reinforceHotword: Int?
+        public var needvad: Int?
+        public var maxSpeakTime: Int?
+        /// Silence after which a connection is ended cleanly (the next audio opens a new one).
+        public var idleEndMs: Int?
+        /// Deadline of the opening handshake, in milliseconds.
+        public var handshakeTimeoutMs: Int?
+        /// Deadline of the final result after `{"type": "end"}`, in milliseconds.
+        public var finalTimeoutMs: Int?
 
         enum CodingKeys: String, CodingKey {
             case appID = "app_id", secretID = "secret_id", secretKey, endpoint, engineModelType, params, caFile, holdMs, reconnectAttempts
+            case filterDirty, filterModal, filterPunc, convertNumMode, wordInfo, hotwordID = "hotword_id", hotwordList
+            case customizationID = "customization_id", vadSilenceTime, noiseThreshold, reinforceHotword, needvad, maxSpeakTime
+            case idleEndMs, handshakeTimeoutMs, finalTimeoutMs
+        }
+
+        /// The service options given as typed parameters, as query parameters.
+        public var serviceParameters: [String: String] {
+            var p: [String: String] = [:]
+            func put(_ key: String, _ value: (some CustomStringConvertible)?) { if let value { p[key] = value.description } }
+            put("filter_dirty", filterDirty); put("filter_modal", filterModal); put("filter_punc", filterPunc)
+            put("convert_num_mode", convertNumMode); put("word_info", wordInfo); put("hotword_id", hotwordID)
+            put("hotword_list", hotwordList); put("customization_id", customizationID); put("vad_silence_time", vadSilenceTime)
+            put("noise_threshold", noiseThreshold); put("reinforce_hotword", reinforceHotword); put("needvad", needvad)
+            put("max_speak_time", maxSpeakTime)
+            return p
         }
 
         /// The parameters that only `engine: tencent` uses.
@@ -62,7 +97,23 @@ public struct TencentASREngine: ASREngine {
             ParamSpec("secret_key", .string, secret: true, doc: "tencent: SecretKey (default: $TENCENTCLOUD_SECRET_KEY)"),
             ParamSpec("endpoint", .string, doc: "tencent: base URL (default wss://asr.cloud.tencent.com), e.g. ws://127.0.0.1:9001 for a private deployment"),
             ParamSpec("engine_model_type", .string, doc: "tencent: engine model (default 16k_zh)"),
-            ParamSpec("params", .stringMap, doc: "tencent: extra query parameters (needvad, vad_silence_time, hotword_id, filter_punc, ...)"),
+            ParamSpec("params", .stringMap, doc: "tencent: other query parameters of the service, passed as given (the options below are checked parameters of their own)"),
+            ParamSpec("filter_dirty", .int(0...2), doc: "tencent: profanity: 0 keep (service default), 1 remove, 2 replace with *"),
+            ParamSpec("filter_modal", .int(0...2), doc: "tencent: filler words: 0 keep (service default), 1 partly, 2 strictly removed"),
+            ParamSpec("filter_punc", .int(0...1), doc: "tencent: 1 removes the sentence-final full stop"),
+            ParamSpec("convert_num_mode", .choice(["0", "1", "3"]), doc: "tencent: numbers: 0 as words, 1 smart digits (service default), 3 mathematical digits"),
+            ParamSpec("word_info", .int(0...2), doc: "tencent: word timings in `transcript` events (`words`): 1 without, 2 with punctuation"),
+            ParamSpec("hotword_id", .string, doc: "tencent: hotword table id"),
+            ParamSpec("hotword_list", .string, doc: "tencent: temporary hotwords `word|weight,...` (weight 1-11 or 100, at most 128)"),
+            ParamSpec("customization_id", .string, doc: "tencent: self-learning model id"),
+            ParamSpec("vad_silence_time", .int(240...2000), doc: "tencent: silence ending a sentence, ms (service default 1000; needs needvad 1)"),
+            ParamSpec("noise_threshold", .double(-1...1), doc: "tencent: noise threshold (service default 0; higher: more is noise)"),
+            ParamSpec("reinforce_hotword", .int(0...1), doc: "tencent: 1 forces homophones of hotwords to the hotword"),
+            ParamSpec("needvad", .int(0...1), doc: "tencent: server-side sentence segmentation (default 1 here)"),
+            ParamSpec("max_speak_time", .int(5000...90000), doc: "tencent: force a sentence break after this many ms"),
+            ParamSpec("idle_end_ms", .int(0...5800), doc: "tencent: after this much time without audio (pauses between utterances) the connection ends cleanly and the next audio opens a new one; 0 = never (default 4000; the service drops connections idle 15 s and warns past 6 s)"),
+            ParamSpec("handshake_timeout_ms", .int(100...120_000), doc: "tencent: deadline for the connection and the service's first answer (default 10000)"),
+            ParamSpec("final_timeout_ms", .int(100...600_000), doc: "tencent: deadline for the final result after the end of the audio (default 15000)"),
             ParamSpec("ca_file", .string, doc: "tencent: PEM file of CA certificates to trust instead of the system's"),
             ParamSpec("hold_ms", .int(0...600_000), doc: "tencent: audio held while reconnecting and not yet recognized (default 30000); older audio is dropped and counted"),
             ParamSpec("reconnect_attempts", .int(0...1000), doc: "tencent: consecutive reconnection attempts after a dropped connection before giving up (default 6)"),
@@ -92,7 +143,25 @@ public struct TencentASREngine: ASREngine {
             for key in (params ?? [:]).keys.sorted() where TencentASRConfiguration.reservedParameters.contains(key) {
                 problems.append("params.\(key): set by the client itself and cannot be overridden")
             }
+            for key in (params ?? [:]).keys.sorted() where serviceParameters[key] != nil {
+                problems.append("params.\(key): also given as the parameter `\(key)`; give it once")
+            }
+            if let list = hotwordList, let problem = Self.hotwordListProblem(list) { problems.append(problem) }
+            if vadSilenceTime != nil, needvad == 0 { problems.append("vad_silence_time needs needvad: 1") }
             return problems
+        }
+
+        /// Checks `word|weight,word|weight,...` as the service documents it.
+        static func hotwordListProblem(_ list: String) -> String? {
+            let entries = list.split(separator: ",", omittingEmptySubsequences: false)
+            if entries.count > 128 { return "hotword_list: \(entries.count) entries; the service takes at most 128" }
+            for e in entries {
+                let parts = e.split(separator: "|", omittingEmptySubsequences: false)
+                guard parts.count == 2, !parts[0].isEmpty, parts[0].count <= 30, let w = Int(parts[1]), (1...11).contains(w) || w == 100 else {
+                    return "hotword_list: entry \"\(e.prefix(40))\": expected word|weight with a word of at most 30 characters and a weight 1-11 or 100"
+                }
+            }
+            return nil
         }
     }
 

@@ -15,8 +15,14 @@ import WSClient
 /// A dropped connection (or a retryable server code) is reported as an `error` result and
 /// retried with backoff and a new voice id; audio arriving meanwhile is held in a bounded
 /// ``TencentAudioBacklog`` (drops counted as `dropped_audio_ms`), and audio the server had not
-/// finished recognizing is sent again, so a short outage loses no speech. Codes 4001–4005
-/// (parameters, credentials, account) are fatal.
+/// finished recognizing is sent again, so a short outage loses no speech. Codes that a retry
+/// cannot fix (parameters, credentials, account, audio format) are fatal.
+///
+/// Pauses: when no audio has come for ``TencentASRConfiguration/idleEnd`` (between utterances of
+/// a VAD slicer, a muted microphone), the connection is ended cleanly — `{"type": "end"}`, the
+/// final result — and the next audio opens a new connection. The service drops a connection that
+/// receives no audio for 15 s (code 4008) and warns that gaps over 6 s may break recognition; a
+/// quiet room therefore costs no errors and no billed silence.
 actor TencentASRSession {
     private enum Outcome: Sendable {
         case finished
@@ -56,6 +62,7 @@ actor TencentASRSession {
     private var connectionVoiceID = ""
     private var endSent = false
     private var everSent = false
+    private var idleEnded = false
     private let started = ContinuousClock.now
 
     /// Creates a session. `makePacer` makes a pacer whose time zero is now on `clock`;
@@ -148,11 +155,18 @@ actor TencentASRSession {
             switch result {
             case .finished:
                 if inputEnded && backlog.isEmpty { return }
+                if idleEnded {
+                    // Ended on a pause: the server recognized everything; wait for new audio.
+                    backlog.connectionEnded()
+                    everSent = false   // nothing outstanding: the end of input needs no connection
+                    continue
+                }
                 // The server ended the stream early: go on with a new connection.
                 try await retry(reason: "the server ended the stream before the audio did")
             case .serverError(let code, let message):
                 let what = TencentServerMessage.describe(code: code)
-                try await results.send(.error(code: "server_error_\(code)", message: "Tencent ASR error \(code): \(what) (\(message))"))
+                try await results.send(.error(code: "server_error_\(code)", message: "Tencent ASR error \(code): \(what) (\(TerminalText.escape(message)))",
+                                              voiceID: flowVoiceID))
                 if TencentServerMessage.isFatal(code: code) {
                     throw NodeError("server_error_\(code)", "Tencent ASR refused the connection with code \(code): \(what) (\(message))")
                 }
@@ -161,6 +175,11 @@ actor TencentASRSession {
                 try await retry(reason: reason)
             }
         }
+    }
+
+    /// The flow an error concerns: the open utterance, else the input's flow, else the connection.
+    private var flowVoiceID: String? {
+        open?.voiceID ?? inputVoiceID ?? (connectionVoiceID.isEmpty ? nil : connectionVoiceID)
     }
 
     private func retry(reason: String) async throws {
@@ -172,7 +191,8 @@ actor TencentASRSession {
             let ms = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
             logger.warning("tencent: \(reason); reconnecting in \(ms) ms (attempt \(attempt) of \(config.reconnect.maxAttempts))")
             try await results.send(.error(code: "reconnecting",
-                                          message: "connection lost (\(reason)); reconnecting in \(ms) ms, attempt \(attempt) of \(config.reconnect.maxAttempts)"))
+                                          message: "connection lost (\(reason)); reconnecting in \(ms) ms, attempt \(attempt) of \(config.reconnect.maxAttempts)",
+                                          voiceID: flowVoiceID))
             try await clock.sleep(for: delay)
         case .giveUp(let attempts):
             throw NodeError("connection_failed", "Tencent ASR: \(reason); gave up after \(attempts) reconnection attempts")
@@ -187,6 +207,7 @@ actor TencentASRSession {
         outcome = nil
         accepted = false
         endSent = false
+        idleEnded = false
         let acceptedBell = TencentDoorbell()
         logger.info("tencent: connecting to \(request.redactedURL)")
         var tls: TLSConfiguration?
@@ -237,7 +258,8 @@ actor TencentASRSession {
             if case DecodingError.dataCorrupted(let c) = error { why = c.debugDescription } else { why = "not a JSON object of the protocol" }
             let excerpt = TerminalText.escape(String(text.prefix(80)), keepNewlines: false)
             count("bad_server_messages", 1)
-            try? await results.send(.error(code: "bad_server_message", message: "Tencent ASR sent a malformed message (\(why)): \(excerpt)"))
+            try? await results.send(.error(code: "bad_server_message", message: "Tencent ASR sent a malformed message (\(why)): \(excerpt)",
+                                           voiceID: flowVoiceID))
             outcome = .closed("the server sent a malformed message (\(why))")
             return true
         }
@@ -294,9 +316,35 @@ actor TencentASRSession {
                 outcome = .closed("no final result within \(config.finalTimeout) after the end of the audio")
                 try? await outbound.close(.normalClosure, reason: nil)
                 return
-            } else {
+            } else if idleEnded || config.idleEnd <= .zero {
                 await audioBell.wait()
+            } else if !(await audioOrTimeout(config.idleEnd)) && backlog.isEmpty && !inputEnded {
+                // A pause: end this connection cleanly once the audio sent so far has played out.
+                try await pacer.wait(until: .nanoseconds(MediaTime.nanos(samples: backlog.connectionPosition, rate: rate)))
+                guard backlog.isEmpty, !inputEnded else { continue }
+                logger.info("tencent: no audio for \(config.idleEnd); ending the connection until audio comes again")
+                count("idle_ends", 1)
+                idleEnded = true
+                endSent = true
+                try await outbound.write(.text(#"{"type": "end"}"#))
+                try await clock.sleep(for: config.finalTimeout)
+                outcome = .closed("no final result within \(config.finalTimeout) after ending an idle connection")
+                try? await outbound.close(.normalClosure, reason: nil)
+                return
             }
+        }
+    }
+
+    /// Waits for audio (true) or for `timeout` to pass (false).
+    private func audioOrTimeout(_ timeout: Duration) async -> Bool {
+        let bell = audioBell
+        let clock = self.clock
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await bell.wait(); return !Task.isCancelled }
+            group.addTask { (try? await clock.sleep(for: timeout)) == nil }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
         }
     }
 
@@ -318,7 +366,12 @@ actor TencentASRSession {
         o.text = r.text
         o.endMs = max(o.startMs, mediaMs(r.endTime))
         open = o
-        let transcript = ASRTranscript(text: r.text, voiceID: o.voiceID, seq: o.seq, startMs: o.startMs, endMs: o.endMs)
+        // Word times count from the sentence's start on this connection.
+        let sentenceStart = mediaMs(r.startTime)
+        let words = r.words.map { w in
+            ASRWord(word: w.word, startMs: sentenceStart + w.startTime, endMs: sentenceStart + max(w.startTime, w.endTime), stable: w.stable)
+        }
+        let transcript = ASRTranscript(text: r.text, voiceID: o.voiceID, seq: o.seq, startMs: o.startMs, endMs: o.endMs, words: words)
         switch r.sliceType {
         case 2:
             try await results.send(.final(transcript))

@@ -50,6 +50,7 @@ public struct TencentServerMessage: Sendable, Decodable, Equatable {
     /// What the documented error codes mean.
     public static func describe(code: Int) -> String {
         switch code {
+        case 4000: "audio sent faster than the service accepts (at most 3 s of audio per second)"
         case 4001: "invalid parameter"
         case 4002: "authentication failed (check the secret id, secret key and the clock)"
         case 4003: "the service is not enabled for this AppID"
@@ -57,16 +58,18 @@ public struct TencentServerMessage: Sendable, Decodable, Equatable {
         case 4005: "the account is in arrears"
         case 4006: "too many concurrent connections for this account"
         case 4007: "audio decoding failed (the audio does not match voice_format)"
-        case 4008: "the client sent no audio for too long"
+        case 4008: "the client sent no audio for more than 15 s"
         case 4009: "the client connection was closed"
         case 4010: "the client sent an unknown text message"
-        case 5000, 5001, 5002: "server error, retry"
+        case 5000, 5001, 5002: "server error (load or network), retry"
+        case 6001: "called from outside mainland China: use the international endpoint"
         default: "error"
         }
     }
 
-    /// Codes after which reconnecting cannot help (credentials, account, parameters).
-    public static func isFatal(code: Int) -> Bool { (4001...4005).contains(code) }
+    /// Codes after which reconnecting cannot help: parameters, credentials, account, an audio
+    /// format the service cannot decode, a message it does not know, a region it refuses.
+    public static func isFatal(code: Int) -> Bool { (4001...4005).contains(code) || [4007, 4010, 6001].contains(code) }
 }
 
 /// The `result` of a server message.
@@ -83,20 +86,23 @@ public struct TencentResult: Sendable, Decodable, Equatable {
     public var text: String
     /// Number of words in ``words``.
     public var wordSize: Int
+    /// Word timings (`word_list`, with `word_info` set).
+    public var words: [TencentWord]
 
     enum CodingKeys: String, CodingKey {
         case sliceType = "slice_type", index, startTime = "start_time", endTime = "end_time"
-        case text = "voice_text_str", wordSize = "word_size"
+        case text = "voice_text_str", wordSize = "word_size", words = "word_list"
     }
 
     /// Creates a result.
-    public init(sliceType: Int, index: Int, startTime: Int64, endTime: Int64, text: String, wordSize: Int = 0) {
+    public init(sliceType: Int, index: Int, startTime: Int64, endTime: Int64, text: String, wordSize: Int = 0, words: [TencentWord] = []) {
         self.sliceType = sliceType
         self.index = index
         self.startTime = startTime
         self.endTime = endTime
         self.text = text
         self.wordSize = wordSize
+        self.words = words
     }
 
     public init(from decoder: any Decoder) throws {
@@ -109,10 +115,47 @@ public struct TencentResult: Sendable, Decodable, Equatable {
         endTime = Int64(try c.decodeLoose(.endTime, in: 0...Self.maximumTimeMs) ?? 0)
         text = try c.decodeIfPresent(String.self, forKey: .text) ?? ""
         wordSize = try c.decodeLoose(.wordSize, in: 0...1_000_000) ?? 0
+        words = try c.decodeIfPresent([TencentWord].self, forKey: .words) ?? []
+        guard words.count <= 100_000 else {
+            throw DecodingError.dataCorruptedError(forKey: .words, in: c, debugDescription: "`word_list` has \(words.count) entries")
+        }
     }
 
     /// Largest `start_time` / `end_time` accepted, in milliseconds.
     public static let maximumTimeMs = 10_000_000_000
+}
+
+/// One entry of a result's `word_list`: `{"word": "...", "start_time": 0, "end_time": 240, "stable_flag": 1}`,
+/// times in milliseconds from the start of the result's sentence.
+public struct TencentWord: Sendable, Decodable, Equatable {
+    /// The word.
+    public var word: String
+    /// Start, in ms from the sentence's start.
+    public var startTime: Int64
+    /// End, in ms from the sentence's start.
+    public var endTime: Int64
+    /// 1 once the service will not change the word.
+    public var stable: Bool
+
+    enum CodingKeys: String, CodingKey {
+        case word, startTime = "start_time", endTime = "end_time", stable = "stable_flag"
+    }
+
+    /// Creates a word.
+    public init(word: String, startTime: Int64, endTime: Int64, stable: Bool) {
+        self.word = word
+        self.startTime = startTime
+        self.endTime = endTime
+        self.stable = stable
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        word = try c.decodeIfPresent(String.self, forKey: .word) ?? ""
+        startTime = Int64(try c.decodeLoose(.startTime, in: 0...TencentResult.maximumTimeMs) ?? 0)
+        endTime = Int64(try c.decodeLoose(.endTime, in: 0...TencentResult.maximumTimeMs) ?? 0)
+        stable = (try c.decodeLoose(.stable, in: 0...1) ?? 0) == 1
+    }
 }
 
 extension KeyedDecodingContainer {

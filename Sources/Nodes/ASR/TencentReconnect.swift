@@ -166,6 +166,15 @@ public struct TencentAudioBacklog: Sendable {
         return a.media + (position - a.connection)
     }
 
+    /// The connection ended cleanly with a final result: nothing needs sending again, and
+    /// positions start again for the next connection.
+    public mutating func connectionEnded() {
+        unconfirmed = []
+        anchors = []
+        lastSentMediaEnd = nil
+        connectionPosition = 0
+    }
+
     /// The connection ended: unconfirmed audio goes back in front of the queue, and positions
     /// start again for the next connection. Returns the samples dropped to stay within capacity.
     @discardableResult

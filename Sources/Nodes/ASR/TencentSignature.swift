@@ -4,7 +4,8 @@ import Foundation
 /// The request signature of Tencent Cloud's real-time speech recognition API (v2).
 ///
 /// The signed text is `<host><path>?<every query parameter except signature, sorted by name,
-/// as k=v joined with &>`, where `host` is exactly the value of the `Host` header. The signature
+/// as k=v joined with &>`, where `host` is the bare host name (no port, even when the endpoint
+/// has one — what the official SDKs sign). The signature
 /// is HMAC-SHA1 of that text with the secret key, base64-encoded; it travels URL-encoded as the
 /// `signature` query parameter.
 ///

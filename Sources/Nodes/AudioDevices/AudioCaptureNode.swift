@@ -70,6 +70,23 @@ public actor AudioCaptureNode: Node {
             context.logger.info("\(spec.label) open: \(output), \(frameMs) ms frames, \(spec.latencyMs) ms buffer")
         }
 
+        // The SDK's didStartRecord / didStopRecord: capture_started once the device delivers,
+        // capture_stopped with the reason however the capture ends.
+        try await context.emit(CaptureEvents.started(backend: spec.backend.rawValue, device: spec.device, format: output, frameMs: frameMs))
+        var stopReason = "stopped"
+        do {
+            stopReason = try await deliver(context, handoff: handoff, deviceFormat: deviceFormat, converter: converter)
+        } catch {
+            try? await context.emit(CaptureEvents.stopped(device: spec.device, reason: error is CancellationError ? "stopped" : "error",
+                                                          message: (error as? NodeError)?.message ?? "\(error)"))
+            throw error
+        }
+        try? await context.emit(CaptureEvents.stopped(device: spec.device, reason: Task.isCancelled || context.isStopping ? "stopped" : stopReason))
+    }
+
+    /// Turns device chunks into frames until the device ends; returns why it ended.
+    private func deliver(_ context: NodeContext, handoff: AudioCaptureHandoff, deviceFormat: AudioFormat, converter: AudioConverter?) async throws -> String {
+        let output = spec.format
         let frameSamples = output.frames(ms: frameMs) * output.channels
         let out = context.output()
         var pending: [Int16] = []
@@ -107,6 +124,7 @@ public actor AudioCaptureNode: Node {
         if !pending.isEmpty && !Task.isCancelled && !context.isStopping {
             try await out.send(Frame.audio(pending, format: output, sampleIndex: index))
         }
+        return "end_of_stream"
     }
 
     /// Counts and reports an overrun; returns the lost samples per channel in the output rate.
@@ -122,5 +140,23 @@ public actor AudioCaptureNode: Node {
     static func describe(_ d: Duration) -> String {
         let ms = d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000
         return ms % 1000 == 0 ? "\(ms / 1000) s" : String(format: "%.1f s", Double(ms) / 1000)
+    }
+}
+
+/// The `capture_started` / `capture_stopped` events of sources (a recognizer SDK's
+/// didStartRecord / didStopRecord).
+enum CaptureEvents {
+    /// `capture_started`: `backend`, `device`, `rate`, `channels`, `frame_ms`.
+    static func started(backend: String, device: String, format: AudioFormat, frameMs: Int) -> Event {
+        Event("capture_started", fields: [("backend", .string(backend)), ("device", .string(device)),
+                                          ("rate", .int(Int64(format.sampleRate))), ("channels", .int(Int64(format.channels))),
+                                          ("frame_ms", .int(Int64(frameMs)))])
+    }
+
+    /// `capture_stopped`: `device`, `reason` (`end_of_stream`, `stopped`, `error`) and, on error, `message`.
+    static func stopped(device: String, reason: String, message: String? = nil) -> Event {
+        var fields: [(String, EventValue)] = [("device", .string(device)), ("reason", .string(reason))]
+        if let message { fields.append(("message", .string(message))) }
+        return Event("capture_stopped", fields: fields)
     }
 }

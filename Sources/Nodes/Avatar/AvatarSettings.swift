@@ -63,7 +63,7 @@ extension AvatarNode {
         /// Video stream protocol (`protocol`).
         public var protocolName: String
         /// `ProtocolOption` fields passed through.
-        public var protocolOptions: [String: String]?
+        public var protocolOptions: [String: ParamValue]?
         /// Digital-human project id (`virtualman_project_id`).
         public var virtualmanProjectID: String?
         /// Interrupt the avatar when the user starts speaking.
@@ -104,7 +104,7 @@ extension AvatarNode {
             ParamSpec("driver_type", .choice(["text", "audio", "voice", "1", "2", "3"]), default: "voice",
                       doc: "text (1): text only; audio (2): audio, converted voice; voice (3): audio in the original voice, text too"),
             ParamSpec("protocol", .choice(["rtmp", "trtc", "webrtc"]), default: "webrtc", doc: "video stream protocol"),
-            ParamSpec("protocol_options", .stringMap, doc: "ProtocolOption fields passed through (RtmpPushAddr, TrtcAppId, ...)"),
+            ParamSpec("protocol_options", .stringMap, doc: "ProtocolOption fields passed through with their YAML types (RtmpPushAddr, TrtcAppId, TrtcRoomId: 123, TrtcUseExternalApp: true, ...)"),
             ParamSpec("virtualman_project_id", .string, doc: "digital-human project id (VirtualmanProjectId)"),
             ParamSpec("barge_in", .bool, default: false, doc: "interrupt the avatar (empty text, Interrupt: true) when the user starts speaking"),
             ParamSpec("interrupt_text", .bool, default: false, doc: "send texts with Interrupt: true (force past non-interruptible sentences)"),

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import PipelineCore
 import NIOCore
 import NIOFoundationCompat
 import NIOSSL
@@ -161,11 +162,12 @@ public struct IVHNewSessionRequest: Sendable {
     public var driverType: IVHDriverType
     /// Project id on the digital-human platform (optional for the stream service).
     public var virtualmanProjectID: String?
-    /// `ProtocolOption` fields (e.g. `RtmpPushAddr`, `TrtcAppId`), passed through.
-    public var protocolOptions: [String: String]
+    /// `ProtocolOption` fields (e.g. `RtmpPushAddr`, `TrtcRoomId`), passed through with their
+    /// types: a number stays a JSON number, a boolean a JSON boolean.
+    public var protocolOptions: [String: ParamValue]
 
     /// Creates a request.
-    public init(userID: String, protocolName: String = "webrtc", driverType: IVHDriverType, virtualmanProjectID: String? = nil, protocolOptions: [String: String] = [:]) {
+    public init(userID: String, protocolName: String = "webrtc", driverType: IVHDriverType, virtualmanProjectID: String? = nil, protocolOptions: [String: ParamValue] = [:]) {
         self.userID = userID
         self.protocolName = protocolName
         self.driverType = driverType
@@ -256,7 +258,7 @@ public final class IVHClient: Sendable {
     public func newSession(_ r: IVHNewSessionRequest) async throws -> IVHSession {
         var payload: [String: Any] = ["ReqId": IVHJSON.requestID(), "UserId": r.userID, "Protocol": r.protocolName, "DriverType": r.driverType.rawValue]
         if let p = r.virtualmanProjectID, !p.isEmpty { payload["VirtualmanProjectId"] = p }
-        if !r.protocolOptions.isEmpty { payload["ProtocolOption"] = r.protocolOptions }
+        if !r.protocolOptions.isEmpty { payload["ProtocolOption"] = r.protocolOptions.mapValues(IVHJSON.object) }
         let p = try await call(.newSession, payload)
         guard let id = p["SessionId"] as? String, !id.isEmpty else {
             throw IVHError(.badResponse, "newsession returned no SessionId", operation: "newsession")
@@ -322,6 +324,19 @@ public enum IVHJSON {
         }
         guard let value, (-limit...limit).contains(value) else { return nil }
         return value
+    }
+
+    /// A parameter value as a JSON object for `JSONSerialization`, keeping its type.
+    public static func object(_ v: ParamValue) -> Any {
+        switch v {
+        case .string(let s): s
+        case .int(let i): i
+        case .double(let d): d
+        case .bool(let b): b
+        case .list(let l): l.map(object)
+        case .map(let m): m.mapValues(object)
+        case .null: NSNull()
+        }
     }
 
     /// A 32-character request id (a UUID without dashes).

@@ -22,6 +22,28 @@ public actor FileSourceNode: Node {
     }
 
     public func run(_ context: NodeContext) async throws {
+        do {
+            try await read(context)
+        } catch {
+            if started {
+                try? await context.emit(CaptureEvents.stopped(device: path, reason: error is CancellationError ? "stopped" : "error",
+                                                              message: (error as? NodeError)?.message ?? "\(error)"))
+            }
+            throw error
+        }
+        if started {
+            try? await context.emit(CaptureEvents.stopped(device: path, reason: Task.isCancelled || context.isStopping ? "stopped" : "end_of_stream"))
+        }
+    }
+
+    private var started = false
+
+    private func announce(_ context: NodeContext, format: AudioFormat) async throws {
+        started = true
+        try await context.emit(CaptureEvents.started(backend: "file", device: path, format: format, frameMs: frameMs))
+    }
+
+    private func read(_ context: NodeContext) async throws {
         let kind = try FileKind.of(path)
         if kind == .stream {
             guard let raw else {
@@ -49,6 +71,7 @@ public actor FileSourceNode: Node {
         }
         let outFormat = AudioFormat(sampleRate: target.rate ?? header.format.sampleRate, channels: target.channels ?? header.format.channels)
         let converter = try AudioConverter(from: header.format, to: outFormat, quality: 5)
+        try await announce(context, format: outFormat)
         guard let handle = FileHandle(forReadingAtPath: path) else { throw NodeError("file_unreadable", "\(path): cannot open") }
         defer { try? handle.close() }
 
@@ -99,6 +122,7 @@ public actor FileSourceNode: Node {
         defer { close(fd) }
         let outFormat = AudioFormat(sampleRate: target.rate ?? rawFormat.sampleRate, channels: target.channels ?? rawFormat.channels)
         let converter = try AudioConverter(from: rawFormat, to: outFormat, quality: 5)
+        try await announce(context, format: outFormat)
         let out = context.output()
         let pacer = context.makePacer()
         let outFrame = outFormat.frames(ms: frameMs) * outFormat.channels
@@ -111,7 +135,7 @@ public actor FileSourceNode: Node {
         while true {
             try Task.checkCancellation()
             if context.isStopping { break }
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
             if n < 0 {
                 if errno == EAGAIN || errno == EINTR { writerSeen = true; try await Task.sleep(for: .milliseconds(10)); continue }
                 throw NodeError("read_failed", "\(path): read failed: \(String(cString: strerror(errno)))")
@@ -225,7 +249,7 @@ public actor FileSourceNode: Node {
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "file-source", summary: "Reads a WAV or raw PCM file as s16 audio frames",
-        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio])],
+        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio]), .events],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.outputFormat }),
         executor: .realtime,

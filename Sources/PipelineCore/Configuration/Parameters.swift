@@ -91,6 +91,13 @@ public enum ParamType: Sendable, Hashable, CustomStringConvertible {
         case (.choice(let options), .string(let s)):
             if options.contains(s) { return .success(value) }
             return .failure(.init("expected \(self), got \"\(s)\""))
+        case (.choice(let options), .int(let i)) where options.contains(String(i)):
+            // Enumerations that list numbers accept them as YAML numbers too (`driver_type: 2`).
+            return .success(.string(String(i)))
+        case (.choice(let options), .double(let d)) where Int(exactly: d).map { options.contains(String($0)) } ?? false:
+            return .success(.string(String(Int(exactly: d)!)))
+        case (.choice(let options), .bool(let b)) where options.contains(String(b)):
+            return .success(.string(String(b)))
         case (.stringMap, .map(let m)):
             for (k, v) in m {
                 switch v {

@@ -65,6 +65,13 @@ public struct Event: Sendable {
         Event("error", fields: [("code", .string(code)), ("message", .string(message))])
     }
 
+    /// An `error` event about one flow: `voice_id` names it (omitted when `nil`).
+    public static func error(code: String, message: String, voiceID: String?) -> Event {
+        var e = error(code: code, message: message)
+        if let voiceID { e.fields.append(("voice_id", .string(voiceID))) }
+        return e
+    }
+
     /// The event as one line of JSON (no trailing newline).
     public func jsonLine() -> String {
         var out = "{"
@@ -93,7 +100,9 @@ public enum EventJSON {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             default:
-                if scalar.value < 0x20 {
+                // C0/C1 controls, DEL and bidi overrides are escaped: the JSON means the same, and a
+                // terminal showing it is not driven by a server's text.
+                if scalar.value < 0x20 || TerminalText.needsEscape(scalar, keepNewlines: false) {
                     out += String(format: "\\u%04x", scalar.value)
                 } else {
                     out.unicodeScalars.append(scalar)

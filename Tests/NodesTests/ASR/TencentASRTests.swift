@@ -43,14 +43,15 @@ struct TencentASRUnitTests {
         #expect(request.hostHeader == "127.0.0.1:9001")
         #expect(request.url.hasPrefix("ws://127.0.0.1:9001/asr/v2/1300000000?engine_model_type=8k_zh&expired=87400&hotword_id=abc%20def&needvad=0&nonce=42&secretid=AKIDsecretvalue&timestamp=1000"))
         #expect(request.url.contains("&vad_silence_time=800&voice_format=1&voice_id=v-1&signature="))
-        #expect(request.signedText.hasPrefix("127.0.0.1:9001/asr/v2/1300000000?engine_model_type=8k_zh&"))
+        #expect(request.signedText.hasPrefix("127.0.0.1/asr/v2/1300000000?engine_model_type=8k_zh&"))
         #expect(request.signedText.contains("hotword_id=abc def"))
         #expect(!request.redactedURL.contains("AKIDsecretvalue"))
         #expect(!request.redactedURL.contains(TencentSignature.percentEncode(TencentSignature.sign(request.signedText, secretKey: "KEYsecretvalue"))))
         #expect(request.redactedURL.contains("secretid=%2A%2A%2A") && request.redactedURL.hasSuffix("signature=***"))
         // The server's independent check accepts it.
         let query = String(request.url.split(separator: "?", maxSplits: 1)[1])
-        let check = TencentASRServer.expectedSignature(host: request.hostHeader, path: request.path, rawQuery: query, secretKey: "KEYsecretvalue")
+        #expect(request.signedText.hasPrefix("127.0.0.1/asr/v2/"), "the port is not signed: \(request.signedText)")
+        let check = TencentASRServer.expectedSignature(host: "127.0.0.1", path: request.path, rawQuery: query, secretKey: "KEYsecretvalue")
         #expect(check.given == check.signature)
     }
 
@@ -247,6 +248,84 @@ struct TencentASRServerTests {
         #expect(kinds.first == "start" && kinds.last == "end")
         #expect(kinds.filter { $0 == "start" }.count == 3 && kinds.filter { $0 == "end" }.count == 3)
         #expect(!kinds.contains("error"))
+    }
+
+    /// The service answers 4008 to a connection without audio for 15 s (1.5 s in this scaled
+    /// copy of the protocol): a pause between utterances ends the connection cleanly instead, and
+    /// the next audio opens a new one, without an error and without losing speech.
+    @Test(arguments: [true, false])
+    func aLongPauseEndsTheConnectionCleanlyInsteadOfTimingOut(idleEnd: Bool) async throws {
+        let server = try await TencentASRServer.start(.init(secretKey: TencentTestKeys.secretKey, utteranceMs: 200, noAudioTimeoutMs: 1500))
+        defer { Task { await server.shutdown() } }
+        let log = ASRResultLog()
+        let counters = TestCounters()
+        var config = TencentASRConfiguration.local(port: server.port)
+        config.idleEnd = idleEnd ? .milliseconds(600) : .zero
+        try await runTencentSession(config, inputs: NumberedAudio.inputs(chunks: 20, realtime: true, pause: (after: 10, ms: 2500)),
+                                    log: log, counters: counters)
+        let errors = await log.errors
+        let c = server.connections
+        if idleEnd {
+            #expect(errors.isEmpty, "\(errors)")
+            #expect(c.count == 2 && c.allSatisfy(\.endReceived), "\(c.map(\.endReceived))")
+            #expect(counters["idle_ends"] == 1)
+            #expect(NumberedAudio.covers(await log.finals, chunks: 20))
+        } else {
+            // Without it the service's timeout fires: what the client must avoid.
+            #expect(errors.contains { $0.code == "server_error_4008" }, "\(errors)")
+        }
+    }
+
+    @Test func wordTimingsReachTheTranscript() async throws {
+        let server = try await TencentASRServer.start(.init(secretKey: TencentTestKeys.secretKey, utteranceMs: 400))
+        defer { Task { await server.shutdown() } }
+        let log = ASRResultLog()
+        var config = TencentASRConfiguration.local(port: server.port)
+        config.extraParameters["word_info"] = "1"
+        try await runTencentSession(config, inputs: NumberedAudio.inputs(chunks: 20, realtime: false), log: log)
+        let finals = await log.finals
+        #expect(!finals.isEmpty)
+        for f in finals where !f.text.isEmpty {
+            #expect(f.words.map(\.word) == f.text.split(separator: " ").map(String.init), "\(f.words)")
+            #expect(f.words.allSatisfy { $0.stable && $0.startMs >= f.startMs && $0.endMs <= f.endMs + 1 && $0.startMs <= $0.endMs }, "\(f)")
+        }
+        #expect(server.connections.first?.query["word_info"] == "1")
+    }
+
+    @Test func serviceOptionsAreCheckedParameters() throws {
+        func problems(_ yaml: String) -> String {
+            do {
+                _ = try GraphValidator.validate(GraphLoader.parse("""
+                    version: 1
+                    nodes:
+                      src: { type: tone-source, duration_ms: 100 }
+                      asr: { type: asr, engine: tencent, \(yaml) }
+                    links: [ "src -> asr" ]
+                    """), registry: BuiltinNodes.registry())
+                return ""
+            } catch { return "\(error)" }
+        }
+        #expect(problems("filter_dirty: 2, filter_modal: 1, filter_punc: 1, convert_num_mode: 3, word_info: 2, vad_silence_time: 800, noise_threshold: -0.5, needvad: 1, hotword_list: \"腾讯云|10,ASR|100\", max_speak_time: 60000") == "")
+        #expect(problems("filter_dirty: 3").contains("filter_dirty"))
+        #expect(problems("vad_silence_time: 100").contains("vad_silence_time"))
+        #expect(problems("noise_threshold: 2").contains("noise_threshold"))
+        #expect(problems("convert_num_mode: 2").contains("convert_num_mode"))
+        #expect(problems("hotword_list: \"a|12\"").contains("hotword_list"))
+        #expect(problems("needvad: 0, vad_silence_time: 500").contains("needvad"))
+        #expect(problems("word_info: 1, params: { word_info: 2 }").contains("give it once"))
+        let c = try TencentASRConfiguration(parameters: ParameterDecoder.decode(TencentASREngine.Configuration.self, from: [
+            "filter_punc": .int(1), "hotword_id": .string("h1"), "noise_threshold": .double(0.25), "convert_num_mode": .string("0"),
+            "app_id": .string("1"), "secret_id": .string("s"), "secret_key": .string("k"), "idle_end_ms": .int(3000),
+            "handshake_timeout_ms": .int(2500), "final_timeout_ms": .int(9000),
+        ]), environment: [:])
+        let query = c.request(voiceID: "v", timestamp: 1, nonce: 1).url
+        #expect(query.contains("filter_punc=1") && query.contains("hotword_id=h1") && query.contains("noise_threshold=0.25") && query.contains("convert_num_mode=0"))
+        #expect(c.idleEnd == .milliseconds(3000) && c.handshakeTimeout == .milliseconds(2500) && c.finalTimeout == .milliseconds(9000))
+    }
+
+    @Test func errorsThatARetryCannotFixAreFatal() {
+        for code in [4001, 4002, 4003, 4004, 4005, 4007, 4010, 6001] { #expect(TencentServerMessage.isFatal(code: code), "\(code)") }
+        for code in [4000, 4006, 4008, 4009, 5000, 5001, 5002] { #expect(!TencentServerMessage.isFatal(code: code), "\(code)") }
     }
 
     @Test func aBadSignatureIsRejectedWithTheDocumentedCode() async throws {

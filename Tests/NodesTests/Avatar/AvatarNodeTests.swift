@@ -256,6 +256,27 @@ struct AvatarNodeTests {
         """
         #expect(throws: (any Error).self) { _ = try Pipeline(yaml: yaml, registry: BuiltinNodes.registry()) }
     }
+
+    /// The SDK's DriverType values written as YAML numbers, and protocol options with their types.
+    @Test(arguments: ["2", "3", "1", "\"2\"", "audio"])
+    func enumerationsThatListNumbersAcceptNumbers(driverType: String) throws {
+        let yaml = """
+        version: 1
+        nodes:
+          tone: { type: tone-source, rate: 16000, channels: 1, duration_ms: 100 }
+          avatar: { type: avatar, appkey: k, access_token: t, driver_type: \(driverType), protocol_options: { TrtcRoomId: 1234, TrtcUseExternalApp: true } }
+        links:
+          - tone -> avatar
+        """
+        let g = try GraphValidator.validate(GraphLoader.parse(yaml), registry: BuiltinNodes.registry())
+        let c = try #require(g.node("avatar")?.configuration as? AvatarNode.Configuration)
+        #expect(c.protocolOptions?["TrtcRoomId"] == .int(1234))
+        #expect(c.protocolOptions?["TrtcUseExternalApp"] == .bool(true))
+        #expect(throws: (any Error).self) {
+            _ = try GraphValidator.validate(GraphLoader.parse(yaml.replacingOccurrences(of: "driver_type: \(driverType)", with: "driver_type: 7")),
+                                            registry: BuiltinNodes.registry())
+        }
+    }
 }
 
 @Suite("avatar example pipelines")

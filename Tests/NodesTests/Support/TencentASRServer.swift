@@ -35,6 +35,9 @@ final class TencentASRServer: Sendable {
         /// On the first accepted connection: answer this code after ``errorAfterMs`` of audio, then close.
         var errorCode: Int?
         var errorAfterMs = 200
+        /// As the service: a connection that receives no audio for this long is answered 4008
+        /// and closed (15 s in the published protocol; shorter in tests).
+        var noAudioTimeoutMs = 15_000
     }
 
     /// What one connection did.
@@ -149,6 +152,8 @@ private final class ConnectionHandler: ChannelInboundHandler {
     var last: Int16 = 0
     var messageNumber = 0
     var closed = false
+    var wordInfo = 0
+    var idleTimer: Scheduled<Void>?
 
     init(server: TencentASRServer, head: HTTPRequestHead) {
         self.server = server
@@ -161,10 +166,14 @@ private final class ConnectionHandler: ChannelInboundHandler {
             let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             query[String(kv[0]).removingPercentEncoding ?? ""] = kv.count > 1 ? String(kv[1]).removingPercentEncoding ?? "" : ""
         }
-        let check = TencentASRServer.expectedSignature(host: host, path: path, rawQuery: rawQuery, secretKey: server.behavior.secretKey)
+        // The service signs over the bare host name: a port in the Host header is not part of it.
+        let bareHost = host.hasPrefix("[") ? String(host[...(host.firstIndex(of: "]") ?? host.index(before: host.endIndex))])
+            : String(host.split(separator: ":", maxSplits: 1).first ?? "")
+        let check = TencentASRServer.expectedSignature(host: bareHost, path: path, rawQuery: rawQuery, secretKey: server.behavior.secretKey)
         let required = ["secretid", "timestamp", "expired", "nonce", "voice_id", "engine_model_type"]
         valid = check.given == check.signature && required.allSatisfy { query[$0] != nil }
         voiceID = query["voice_id"] ?? ""
+        wordInfo = Int(query["word_info"] ?? "0") ?? 0
         rate = (query["engine_model_type"] ?? "16k").hasPrefix("8k") ? 8000 : 16000
         var c = TencentASRServer.Connection()
         c.hostHeader = host
@@ -183,8 +192,24 @@ private final class ConnectionHandler: ChannelInboundHandler {
         context.fireUserInboundEventTriggered(event)
     }
 
+    /// (Re)arms the service's no-audio timeout (code 4008).
+    private func armIdleTimer(_ context: ChannelHandlerContext) {
+        idleTimer?.cancel()
+        let loop = context.eventLoop.assumeIsolated()
+        idleTimer = loop.scheduleTask(in: .milliseconds(Int64(server.behavior.noAudioTimeoutMs))) { [self] in
+            guard !self.closed else { return }
+            self.fail(context, code: 4008, message: "no audio for \(self.server.behavior.noAudioTimeoutMs) ms")
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        idleTimer?.cancel()
+        context.fireChannelInactive()
+    }
+
     private func greet(_ context: ChannelHandlerContext) {
         if valid {
+            armIdleTimer(context)
             send(context, ["code": 0, "message": "success", "voice_id": voiceID])
         } else {
             fail(context, code: 4002, message: "signature verification failed")
@@ -219,6 +244,7 @@ private final class ConnectionHandler: ChannelInboundHandler {
     }
 
     private func audio(_ context: ChannelHandlerContext, _ data: ByteBuffer) {
+        armIdleTimer(context)
         let now = NIODeadline.now()
         if firstAudio == nil { firstAudio = now }
         let before = Double(samples) * 1000 / Double(rate)
@@ -274,8 +300,21 @@ private final class ConnectionHandler: ChannelInboundHandler {
         send(context, [
             "code": 0, "message": "success", "voice_id": voiceID, "message_id": "\(voiceID)_\(messageNumber)",
             "result": ["slice_type": slice, "index": u.index, "start_time": u.start * 1000 / rate, "end_time": samples * 1000 / rate,
-                       "voice_text_str": text, "word_size": 0, "word_list": [Any]()] as [String: Any],
+                       "voice_text_str": text, "word_size": words(text, slice: slice).count, "word_list": words(text, slice: slice)] as [String: Any],
         ])
+    }
+
+    /// With `word_info` 1 or 2: each space-separated word, its times in ms from the sentence's
+    /// start (the sentence's duration split evenly), stable once the sentence is final.
+    private func words(_ text: String, slice: Int) -> [[String: Any]] {
+        guard wordInfo > 0, let u = utterance else { return [] }
+        let parts = text.split(separator: " ")
+        guard !parts.isEmpty else { return [] }
+        let duration = (samples - u.start) * 1000 / rate
+        let step = duration / parts.count
+        return parts.enumerated().map { i, w in
+            ["word": String(w), "start_time": i * step, "end_time": (i + 1) * step, "stable_flag": slice == 2 ? 1 : 0] as [String: Any]
+        }
     }
 
     private func fail(_ context: ChannelHandlerContext, code: Int, message: String) {

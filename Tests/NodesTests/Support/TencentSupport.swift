@@ -18,13 +18,13 @@ actor ASRResultLog {
             case .partial(let t): "partial \(t.seq) \(t.text)"
             case .final(let t): "final \(t.seq) \(t.text)"
             case .utteranceEnd(let v, let s): "end \(v)/\(s)"
-            case .error(let code, let message): "error \(code) \(message)"
+            case .error(let code, let message, _): "error \(code) \(message)"
             }
         }
     }
 
     var finals: [ASRTranscript] { results.compactMap { if case .final(let t) = $0 { t } else { nil } } }
-    var errors: [(code: String, message: String)] { results.compactMap { if case .error(let c, let m) = $0 { (c, m) } else { nil } } }
+    var errors: [(code: String, message: String)] { results.compactMap { if case .error(let c, let m, _) = $0 { (c, m) } else { nil } } }
 
     nonisolated var sink: ASRResults { ASRResults { await self.add($0) } }
 }
@@ -36,12 +36,15 @@ enum NumberedAudio {
     static let chunkSamples = 640
 
     /// `chunks` chunks of numbered audio, delivered as 20 ms inputs (paced at 1x when `realtime`).
-    static func inputs(chunks: Int, realtime: Bool, utterance: (voiceID: String, seq: Int)? = nil) -> ASRInputs {
+    /// `pause` inserts that many ms of no audio before chunk `after` (the media time jumps).
+    static func inputs(chunks: Int, realtime: Bool, utterance: (voiceID: String, seq: Int)? = nil,
+                       pause: (after: Int, ms: Int)? = nil) -> ASRInputs {
         var items: [ASRInput] = []
         if let u = utterance { items.append(.utteranceStart(voiceID: u.voiceID, seq: u.seq, startMs: 0)) }
         for k in 0..<chunks {
             for half in 0..<2 {
-                let index = Int64(k * chunkSamples + half * chunkSamples / 2)
+                let shift = pause.map { k >= $0.after ? $0.ms * 16 : 0 } ?? 0
+                let index = Int64(k * chunkSamples + half * chunkSamples / 2 + shift)
                 items.append(.audio(ASRAudio(samples: [Int16](repeating: Int16(k), count: chunkSamples / 2), format: format,
                                              pts: MediaTime.nanos(samples: index, rate: 16000))))
             }
