@@ -29,18 +29,18 @@ public struct AudioPacketizer: Sendable {
     public var pendingBytes: Int { buffer.count }
 
     /// Adds PCM bytes; returns the packets now complete. With `endsUtterance`, everything left is
-    /// sent and the last packet carries `IsFinal: true` (an empty one if nothing is left).
+    /// sent (a last, shorter packet) and then a separate, empty packet with `IsFinal: true`, as the
+    /// audio-driving protocol requires.
     public mutating func push(_ bytes: [UInt8], endsUtterance: Bool) -> [IVHCommand] {
         buffer.append(contentsOf: bytes)
         var out: [IVHCommand] = []
-        while buffer.count > packetBytes || (buffer.count == packetBytes && !endsUtterance) {
+        while buffer.count >= packetBytes {
             out.append(packet(Array(buffer[0..<packetBytes]), final: false))
             buffer.removeFirst(packetBytes)
         }
         if endsUtterance {
-            if !buffer.isEmpty || utteranceOpen {
-                out.append(packet(buffer, final: true))
-            }
+            if !buffer.isEmpty { out.append(packet(buffer, final: false)) }
+            if utteranceOpen { out.append(packet([], final: true)) }
             buffer.removeAll()
             reqID = nil
             seq = 0

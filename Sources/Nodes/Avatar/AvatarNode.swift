@@ -106,8 +106,12 @@ public actor AvatarNode: Node {
     /// Opens the command channel and feeds it until the inputs end and what was queued is sent.
     private func drive(_ session: IVHSession, client: IVHClient, context: NodeContext) async throws {
         let s = settings
+        let gate = DrivingGate(packetBytes: s.packetBytes)
         let observer = IVHChannelObserver(
-            push: { push in await Self.report(push, context: context) },
+            push: { push, raw in
+                await gate.observe(push, details: IVHPush.details(raw))
+                await Self.report(push, raw: raw, context: context)
+            },
             connected: { n in
                 if n > 0 { context.count("reconnects") }
                 try? await context.emit("avatar_channel", [("state", "connected"), ("reconnects", .int(Int64(n)))])
@@ -135,7 +139,7 @@ public actor AvatarNode: Node {
                 }
             }
             group.addTask {
-                try await self.feed(channel, context: context)
+                try await self.feed(channel, gate: gate, context: context)
                 channel.finish()
                 return .inputs
             }
@@ -158,15 +162,15 @@ public actor AvatarNode: Node {
     }
 
     /// Reads both inputs until they end.
-    private func feed(_ channel: IVHCommandChannel, context: NodeContext) async throws {
+    private func feed(_ channel: IVHCommandChannel, gate: DrivingGate, context: NodeContext) async throws {
         let s = settings
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                var packetizer = AudioPacketizer(packetBytes: s.packetBytes)
                 var warned = false
                 for await frame in context.input("in") {
                     if frame.marks.speechStart && s.bargeIn {
                         await channel.send(.text("", interrupt: true), front: true)
+                        await gate.interrupted()
                         context.count("barge_ins")
                     }
                     guard s.newSession.driverType.acceptsAudio, let audio = frame.audio else { continue }
@@ -178,12 +182,14 @@ public actor AvatarNode: Node {
                         continue
                     }
                     let ends = frame.marks.slice.map(\.isLast) ?? frame.marks.speechEnd
-                    for packet in packetizer.push(AudioPacketizer.bytes(audio.samples), endsUtterance: ends) {
+                    let wasMuted = await gate.isMuted
+                    for packet in await gate.audio(AudioPacketizer.bytes(audio.samples), endsUtterance: ends) {
                         let dropped = await channel.send(packet)
                         if dropped > 0 { context.count("dropped_packets", by: UInt64(dropped)) }
                     }
+                    if wasMuted { context.count("muted_audio_ms", by: UInt64(audio.samples.count / 16)) }
                 }
-                for packet in packetizer.finish() {
+                for packet in await gate.endAudioTurn() {
                     let dropped = await channel.send(packet)
                     if dropped > 0 { context.count("dropped_packets", by: UInt64(dropped)) }
                 }
@@ -192,19 +198,37 @@ public actor AvatarNode: Node {
                 for await frame in context.input("text") {
                     let text = frame.text ?? frame.event?["text"]?.stringValue ?? ""
                     guard !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { continue }
+                    // An audio turn in progress ends (IsFinal) before a text is sent.
+                    for packet in await gate.endAudioTurn() { await channel.send(packet) }
                     await channel.send(.text(text, interrupt: s.interruptText))
                 }
             }
         }
     }
 
-    /// Turns a server push into an event.
-    static func report(_ push: IVHPush, context: NodeContext) async {
+    /// Turns a server push into events: every documented field reaches an event; a push of a
+    /// type without an event of its own becomes `avatar_push` with the whole payload.
+    static func report(_ push: IVHPush, raw: String = "", context: NodeContext) async {
+        let details = IVHPush.details(raw)
+        func extra(_ keys: [String]) -> [(String, EventValue)] {
+            keys.compactMap { k in details[k].map { (k, $0) } }
+        }
         switch push {
         case .inputText(let t):
-            try? await context.emit("avatar_text", [("kind", "input"), ("text", .string(t))])
+            try? await context.emit("avatar_text", [("kind", "input"), ("text", .string(t))]
+                                    + extra(["interrupt_result", "interrupt_message", "req_id"]))
         case .speechText(let t, let id):
-            try? await context.emit("avatar_text", [("kind", "speech"), ("text", .string(t)), ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
+            try? await context.emit("avatar_text", [("kind", "speech"), ("text", .string(t)), ("speech_id", id.map { .int(Int64($0)) } ?? .null)]
+                                    + extra(["text_pro", "uninterrupt", "muted", "chat_status", "req_id"]))
+            if case .string(let type)? = details["interaction_type"], !type.isEmpty {
+                let kinds = ["BubbleInfo": "tips", "Image": "image", "Video": "video", "Popup": "popup", "OptionInfo": "options"]
+                try? await context.emit("avatar_interaction", [("kind", .string(kinds[type] ?? type)), ("interaction_type", .string(type)),
+                                                                ("content", details["interaction_content"] ?? .null),
+                                                                ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
+            }
+            if case .int(4)? = details["chat_status"] {
+                try? await context.emit("avatar_status", [("status", "script_ended"), ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
+            }
         case .speakStatus(let status, let id):
             try? await context.emit("avatar_status", [("status", .string(status)), ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
         case .riskNotice(let t):
@@ -215,7 +239,8 @@ public actor AvatarNode: Node {
             let e = IVHError(.api(code), message, operation: "commandchannel")
             try? await context.emitError(code: e.stableCode, message: e.description)
         case .other(let type):
-            context.logger.debug("command channel message of type \(type.map(String.init) ?? "none") ignored")
+            let all = IVHPush.details(raw, includePayload: true)
+            try? await context.emit("avatar_push", [("type", type.map { .int(Int64($0)) } ?? .null), ("payload", all["payload"] ?? .null)])
         }
     }
 }

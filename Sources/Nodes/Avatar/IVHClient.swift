@@ -326,6 +326,24 @@ public enum IVHJSON {
         return value
     }
 
+    /// A JSON value from a peer as an event value (depth and size bounded; numbers keep their kind).
+    public static func eventValue(_ v: Any, depth: Int = 0) -> EventValue {
+        guard depth < 16 else { return .string("…") }
+        switch v {
+        case let s as String: return .string(s)
+        case let n as NSNumber:
+            if String(cString: n.objCType) == "c" { return .bool(n.boolValue) }   // JSON true / false
+            if let i = int(n) { return .int(Int64(i)) }
+            return n.doubleValue.isFinite ? .double(n.doubleValue) : .null
+        case let a as [Any]: return .array(a.prefix(1000).map { eventValue($0, depth: depth + 1) })
+        case let o as [String: Any]:
+            var m: [String: EventValue] = [:]
+            for (k, x) in o.prefix(1000) { m[k] = eventValue(x, depth: depth + 1) }
+            return .object(m)
+        default: return .null
+        }
+    }
+
     /// A parameter value as a JSON object for `JSONSerialization`, keeping its type.
     public static func object(_ v: ParamValue) -> Any {
         switch v {

@@ -6,8 +6,8 @@ import WSClient
 
 /// What the command channel reports to its owner.
 struct IVHChannelObserver: Sendable {
-    /// A message pushed by the server.
-    var push: @Sendable (IVHPush) async -> Void
+    /// A message pushed by the server, with its raw text (for the fields beyond its kind).
+    var push: @Sendable (IVHPush, _ raw: String) async -> Void
     /// The channel opened; `reconnects` counts the openings before this one.
     var connected: @Sendable (_ reconnects: Int) async -> Void
     /// The channel closed unexpectedly (it will be reopened).
@@ -82,7 +82,7 @@ final class IVHCommandChannel: Sendable {
                         group.addTask {
                             for try await message in inbound.messages(maxSize: 1 << 20) {
                                 guard case .text(let text) = message, let push = IVHPush.decode(text) else { continue }
-                                await self.observer.push(push)
+                                await self.observer.push(push, text)
                                 if case .error(let code, let m) = push, Self.fatalCodes.contains(code) {
                                     self.fatal.withLock { $0 = IVHError(.api(code), m, operation: "commandchannel") }
                                     return false

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineCore
 
 /// A command sent on the WebSocket command channel.
 public enum IVHCommand: Sendable, Hashable {
@@ -59,6 +60,27 @@ public enum IVHPush: Sendable, Hashable {
     case error(code: Int, message: String)
     /// Anything else (kept for logging).
     case other(type: Int?)
+
+    /// The documented fields of a push beyond its kind and text, as event fields: `text_pro`,
+    /// `uninterrupt`, `muted`, `interaction_type`, `interaction_content`, `chat_status`,
+    /// `interrupt_result`, `interrupt_message`, `final_type`, `req_id`, `type`; and `payload`, the
+    /// whole payload, for pushes of a type without an event of its own.
+    public static func details(_ text: String, includePayload: Bool = false) -> [String: EventValue] {
+        guard let root = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] else { return [:] }
+        let p = root["Payload"] as? [String: Any] ?? root
+        var out: [String: EventValue] = [:]
+        let names = ["TextPro": "text_pro", "Uninterrupt": "uninterrupt", "Muted": "muted", "InteractionType": "interaction_type",
+                     "InteractionContent": "interaction_content", "ChatStatus": "chat_status", "InterruptResult": "interrupt_result",
+                     "InterruptMessage": "interrupt_message", "FinalType": "final_type", "ReqId": "req_id", "Type": "type"]
+        for (key, name) in names { if let v = p[key] { out[name] = IVHJSON.eventValue(v) } }
+        // InteractionContent is often a JSON document in a string: keep its structure.
+        if case .string(let s)? = out["interaction_content"], let d = s.data(using: .utf8),
+           let parsed = try? JSONSerialization.jsonObject(with: d, options: [.fragmentsAllowed]) {
+            out["interaction_content"] = IVHJSON.eventValue(parsed)
+        }
+        if includePayload { out["payload"] = IVHJSON.eventValue(p) }
+        return out
+    }
 
     /// Decodes one text message (`{"Header":{..},"Payload":{..}}`, or the payload alone).
     public static func decode(_ text: String) -> IVHPush? {

@@ -78,6 +78,53 @@ struct AvatarNodeTests {
         await server.stop()
     }
 
+    /// Every push the SDK exposes becomes an event; a type without one becomes `avatar_push`.
+    @Test func everyPushBecomesAnEvent() async throws {
+        let server = IVHServer()
+        try await server.start()
+        let release = TestFlag()
+        let pushed = TestFlag()
+        let yaml = """
+        version: 1
+        name: avatar-push-test
+        nodes:
+          say: { type: script-text }
+          \(IVHTest.avatarNode(server, "driver_type: text"))
+        links:
+          - say -> avatar.text
+        """
+        let options = #"{\"style\":1,\"title\":\"Pick one\",\"options\":[\"a\",\"b\"]}"#
+        let pushes = [
+            #"{"Header":{"Code":0},"Payload":{"Type":2,"Text":"choose","TextDisplay":"choose","TextPro":"<speak>choose</speak>","SpeechId":9,"Uninterrupt":true,"Muted":false,"InteractionType":"OptionInfo","InteractionContent":"\#(options)","ChatStatus":4}}"#,
+            #"{"Header":{"Code":0},"Payload":{"Type":1,"Text":"stop","InterruptResult":2,"InterruptMessage":"sentence cannot be interrupted"}}"#,
+            #"{"Header":{"Code":0},"Payload":{"Type":42,"Text":"something new","Extra":{"n":1.5}}}"#,
+        ]
+        let pipeline = try Pipeline(yaml: yaml, registry: IVHTest.registry(texts: ["hello"], release: release))
+        let events = try await IVHTest.run(pipeline) { e in
+            if e.name == "avatar_status", e["status"]?.stringValue == "speak_over", !pushed.isSet {
+                pushed.set()
+                for p in pushes { server.push(p) }
+            }
+            if e.name == "avatar_push" { release.set() }
+        }
+        #expect(release.isSet)
+        let interaction = try #require(events.events("avatar_interaction").first)
+        #expect(interaction["kind"]?.stringValue == "options")
+        guard case .object(let content)? = interaction["content"] else { Issue.record("content \(String(describing: interaction["content"]))"); return }
+        #expect(content["title"] == .string("Pick one"))
+        let speech = try #require(events.events("avatar_text").first { $0["text"]?.stringValue == "choose" })
+        #expect(speech["text_pro"]?.stringValue == "<speak>choose</speak>")
+        #expect(speech["uninterrupt"] == .bool(true))
+        #expect(events.events("avatar_status").contains { $0["status"]?.stringValue == "script_ended" })
+        let input = try #require(events.events("avatar_text").first { $0["text"]?.stringValue == "stop" })
+        #expect(input["interrupt_result"] == .int(2))
+        let unknown = try #require(events.events("avatar_push").first)
+        #expect(unknown["type"] == .int(42))
+        guard case .object(let payload)? = unknown["payload"] else { Issue.record("payload"); return }
+        #expect(payload["Text"] == .string("something new"))
+        await server.stop()
+    }
+
     @Test func heartbeatsFollowTheInjectedClock() async throws {
         let server = IVHServer()
         try await server.start()
@@ -132,8 +179,9 @@ struct AvatarNodeTests {
         #expect(commands.first?.command == "SEND_TEXT")
         #expect(commands.first?.text == "" && commands.first?.interrupt == true)
         let audio = commands.filter { $0.command == "SEND_AUDIO" }
-        #expect(audio.map { $0.audioBytes ?? -1 } == [6400, 3840])
-        #expect(audio.map { $0.isFinal ?? false } == [false, true])
+        // The slice's audio, then the separate empty IsFinal packet the audio-driving page requires.
+        #expect(audio.map { $0.audioBytes ?? -1 } == [6400, 3840, 0])
+        #expect(audio.map { $0.isFinal ?? false } == [false, false, true])
         await server.stop()
     }
 

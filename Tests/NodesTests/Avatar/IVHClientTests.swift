@@ -48,7 +48,8 @@ struct IVHClientTests {
         let client = try Self.client(server, token: "not-the-token")
         let error = await #expect(throws: IVHError.self) { _ = try await client.newSession(.init(userID: "u", driverType: .text)) }
         #expect(error?.code == 100005)
-        #expect(error?.description.contains("unauthorized") == true)
+        #expect(error?.description.contains("no permission") == true)
+        #expect(error?.description.contains("signature verification failed") == true, "the server's own message is kept")
         #expect(server.calls.count == 1 && server.calls[0].accepted == false)
         #expect(server.created.isEmpty)
         try await client.shutdown()
@@ -73,7 +74,7 @@ struct IVHClientTests {
         let s = try await good.newSession(.init(userID: "u", driverType: .voice))
         try await good.startSession(s.id)
         let bad = try Self.client(server, token: "wrong")
-        let observer = IVHChannelObserver(push: { _ in }, connected: { _ in }, disconnected: { _ in }, sent: { _ in })
+        let observer = IVHChannelObserver(push: { _, _ in }, connected: { _ in }, disconnected: { _ in }, sent: { _ in })
         let channel = IVHCommandChannel(sessionID: s.id, url: { bad.commandChannelURL(sessionID: s.id) }, tls: nil, clock: ContinuousClock(),
                                         heldPackets: 4, maxFailures: 0, logger: Logger(label: "test"), observer: observer)
         await #expect(throws: IVHError.self) { try await channel.run() }
@@ -104,7 +105,7 @@ struct IVHClientTests {
         let s = try await client.newSession(.init(userID: "tls", driverType: .text))
         try await client.startSession(s.id)
         let connected = TestFlag()
-        let observer = IVHChannelObserver(push: { _ in }, connected: { _ in connected.set() }, disconnected: { _ in }, sent: { _ in })
+        let observer = IVHChannelObserver(push: { _, _ in }, connected: { _ in connected.set() }, disconnected: { _ in }, sent: { _ in })
         let channel = IVHCommandChannel(sessionID: s.id, url: { client.commandChannelURL(sessionID: s.id) },
                                         tls: try client.configuration.tlsConfiguration(), clock: ContinuousClock(),
                                         heldPackets: 4, maxFailures: 0, logger: Logger(label: "test"), observer: observer)

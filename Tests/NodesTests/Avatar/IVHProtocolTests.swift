@@ -32,12 +32,13 @@ struct IVHProtocolTests {
             if case .audio(_, let seq, let pcm, let final) = c { return (seq, pcm.count, final) }
             return nil
         }
-        #expect(packets.map(\.0) == [1, 2])
-        #expect(packets.map(\.1) == [6400, 4480])
-        #expect(packets.map(\.2) == [false, true])
-        // A new utterance starts again from 1; an exact multiple ends on a full final packet.
+        // The audio, then a separate, empty packet with IsFinal, as the audio-driving page requires.
+        #expect(packets.map(\.0) == [1, 2, 3])
+        #expect(packets.map(\.1) == [6400, 4480, 0])
+        #expect(packets.map(\.2) == [false, false, true])
+        // A new utterance starts again from 1; an exact multiple is followed by the empty final packet too.
         let next = p.push([UInt8](repeating: 3, count: 12800), endsUtterance: true)
-        #expect(next.map { if case .audio(_, let s, let b, let f) = $0 { "\(s):\(b.count):\(f)" } else { "" } } == ["1:6400:false", "2:6400:true"])
+        #expect(next.map { if case .audio(_, let s, let b, let f) = $0 { "\(s):\(b.count):\(f)" } else { "" } } == ["1:6400:false", "2:6400:false", "3:0:true"])
         // End of stream with an utterance open sends an empty final packet.
         _ = p.push([UInt8](repeating: 4, count: 6400), endsUtterance: false)
         let tail = p.finish()
@@ -81,7 +82,10 @@ struct IVHProtocolTests {
     @Test func errorCodesCarryTheirDocumentedMeaning() {
         #expect(IVHError(.api(100008), "", operation: "newsession").description.contains("over quota"))
         #expect(IVHError(.api(110006), "", operation: "closesession").description.contains("no such session"))
-        #expect(IVHError(.api(100005), "sig", operation: "x").description.contains("unauthorized"))
+        #expect(IVHError(.api(100005), "sig", operation: "x").description.contains("no permission"))
+        for code in [100009, 110001, 110002, 110004, 110005, 110007, 110008] {
+            #expect(IVHResultCode.table[code] != nil, "\(code) has its documented meaning")
+        }
         #expect(IVHError(.api(100008), "", operation: "newsession").stableCode == "ivh_100008")
         #expect(IVHResultCode.meaning(424242).text == "unknown error code")
     }
@@ -92,5 +96,51 @@ struct IVHProtocolTests {
         #expect(IVHDriverType(name: "VOICE") == .voice)
         #expect(IVHDriverType(name: "video") == nil)
         #expect(!IVHDriverType.text.acceptsAudio)
+    }
+}
+
+@Suite("avatar driving rules")
+struct DrivingGateTests {
+    static func summary(_ packets: [IVHCommand]) -> [String] {
+        packets.map { if case .audio(_, let s, let b, let f) = $0 { "\(s):\(b.count):\(f)" } else { $0.name } }
+    }
+
+    @Test func audioWaitsForSpeakOverAfterAnInterrupt() async {
+        let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(5))
+        await gate.observe(.speakStatus("speak_start", speechID: 1), details: [:])
+        await gate.interrupted()
+        let started = ContinuousClock.now
+        async let packets = gate.audio([UInt8](repeating: 1, count: 640), endsUtterance: false)
+        try? await Task.sleep(for: .milliseconds(300))
+        await gate.observe(.speakStatus("speak_over", speechID: 1), details: [:])
+        #expect(Self.summary(await packets) == ["1:640:false"])
+        #expect(ContinuousClock.now - started >= .milliseconds(300), "audio left only after speak_over")
+    }
+
+    @Test func anInterruptWhileSilentDoesNotHoldAudio() async {
+        let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(30))
+        await gate.interrupted()
+        let started = ContinuousClock.now
+        #expect(Self.summary(await gate.audio([UInt8](repeating: 1, count: 640), endsUtterance: true)) == ["1:640:false", "2:0:true"])
+        #expect(ContinuousClock.now - started < .seconds(5))
+    }
+
+    @Test func mutedSentencesHoldTheMicrophoneBackUntilOver() async {
+        let gate = DrivingGate(packetBytes: 640)
+        _ = await gate.audio([UInt8](repeating: 1, count: 640), endsUtterance: false)
+        await gate.observe(.speechText("a question", speechID: 2), details: ["muted": .bool(true)])
+        // Muted: nothing but the end of the open turn leaves.
+        #expect(Self.summary(await gate.audio([UInt8](repeating: 2, count: 640), endsUtterance: false)).isEmpty)
+        #expect(Self.summary(await gate.audio([UInt8](repeating: 2, count: 640), endsUtterance: true)) == ["2:0:true"])
+        await gate.observe(.speakStatus("speak_over", speechID: 2), details: [:])
+        #expect(Self.summary(await gate.audio([UInt8](repeating: 3, count: 640), endsUtterance: false)) == ["1:640:false"])
+        #expect(await gate.mutedPackets == 2)
+    }
+
+    @Test func aTextEndsTheOpenAudioTurnFirst() async {
+        let gate = DrivingGate(packetBytes: 640)
+        _ = await gate.audio([UInt8](repeating: 1, count: 1000), endsUtterance: false)
+        #expect(Self.summary(await gate.endAudioTurn()) == ["2:360:false", "3:0:true"])
+        #expect(await gate.endAudioTurn().isEmpty)
     }
 }
