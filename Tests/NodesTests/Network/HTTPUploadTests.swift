@@ -165,6 +165,86 @@ struct HTTPUploadTests {
         #expect(Signal.dbfs(Array(decoded.samples.dropFirst(4800))) > -26)
     }
 
+    /// A server that accepts the connection and never reads: the body stays within its bound,
+    /// the node waits, and the input edge's drop-oldest policy takes over (counted).
+    @Test func aServerThatStopsReadingBacksUpToTheInputEdge() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var small: Int32 = 4096
+        setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) } }
+        listen(listener, 4)   // connections complete in the backlog; nobody accepts or reads
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &len) } }
+        let port = Int(UInt16(bigEndian: addr.sin_port))
+        // 20 minutes of audio (38 MB) offered as fast as possible.
+        let pipeline = try Pipeline(yaml: """
+            version: 1
+            nodes:
+              tone: { type: tone-source, duration_ms: 1200000, frame_ms: 20, realtime: false }
+              up: { type: http-upload, url: "http://127.0.0.1:\(port)/audio", format: pcm, max_buffered_kb: 64 }
+            links:
+              - { from: tone, to: up, capacity: 8, overflow: drop-oldest }
+            """, registry: BuiltinNodes.registry())
+        _ = try await runPipeline(pipeline, timeout: .seconds(4))
+        let edge = try #require(pipeline.edgeStats.first)
+        let upStats = try #require(pipeline.nodeStats.first { $0.id == "up" })
+        // Only what the body, the socket buffers and the edge hold was taken; the rest was
+        // dropped by the edge's policy and counted, not buffered in memory.
+        let taken = (edge.sent - edge.dropped) * 640
+        #expect(edge.dropped * 2 > edge.sent, "offered \(edge.sent), dropped \(edge.dropped)")
+        #expect(taken < 12_000_000, "the node took \(taken) bytes")
+        #expect(upStats.counters["upload_wait_ms", default: 0] > 0)
+    }
+
+    @Test func theServersAnswerIsKeptWhole() async throws {
+        let long = String(repeating: "transcript line. ", count: 5000)   // 85 KB of text
+        let server = try await HTTPTestServer.start(answer: ("text/plain; charset=utf-8", Array(long.utf8)))
+        defer { Task { await server.shutdown() } }
+        let dir = temporaryPath("answers")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let events = try await runGraph("""
+            version: 1
+            nodes:
+              tone: { type: tone-source, duration_ms: 200, frame_ms: 20 }
+              up: { type: http-upload, url: "\(server.url())", format: wav, response_dir: "\(dir)" }
+            links:
+              - tone -> up
+            """)
+        let done = try #require(events.first { $0.name == "upload_done" })
+        #expect(done["response_bytes"] == .int(Int64(long.utf8.count)))
+        let file = try #require(done["response_file"]?.stringValue)
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == long, "a long answer is written whole to a file")
+        #expect(done["response_truncated"] == nil)
+        #expect(!events.contains { $0.name == "error" })
+    }
+
+    @Test func anAnswerOverTheLimitIsCutAndReportedNotResent() async throws {
+        let binary = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let server = try await HTTPTestServer.start(answer: ("application/octet-stream", binary))
+        defer { Task { await server.shutdown() } }
+        let dir = temporaryPath("answers-cut")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let events = try await runGraph("""
+            version: 1
+            nodes:
+              tone: { type: tone-source, duration_ms: 200, frame_ms: 20 }
+              up: { type: http-upload, url: "\(server.url())", format: wav, response_dir: "\(dir)", response_limit_kb: 100 }
+            links:
+              - tone -> up
+            """)
+        let done = try #require(events.first { $0.name == "upload_done" })
+        #expect(done["response_truncated"] == .bool(true))
+        let file = try #require(done["response_file"]?.stringValue)
+        let kept = try Data(contentsOf: URL(fileURLWithPath: file))
+        #expect(kept.count == 100 * 1024 && Array(kept) == Array(binary.prefix(100 * 1024)))
+        #expect(server.requests.count == 1, "a long answer is not a failed upload: the audio is not sent again")
+        #expect(!events.contains { $0.name == "error" })
+    }
+
     @Test func checksTheURLAtValidation() throws {
         #expect(throws: (any Error).self) {
             _ = try Pipeline(yaml: """

@@ -32,14 +32,18 @@ final class HTTPTestServer: Sendable {
         var requests: [Request] = []
     }
 
-    private init(port: Int, channel: any Channel, statuses: [Int]) {
+    /// A fixed answer (content type and body) instead of the default JSON one.
+    let answer: (contentType: String, body: [UInt8])?
+
+    private init(port: Int, channel: any Channel, statuses: [Int], answer: (contentType: String, body: [UInt8])?) {
         self.port = port
         self.channel = channel
         self.state = Mutex(State(statuses: statuses))
+        self.answer = answer
     }
 
     /// Starts a server on 127.0.0.1 (a free port).
-    static func start(statuses: [Int] = [200]) async throws -> HTTPTestServer {
+    static func start(statuses: [Int] = [200], answer: (contentType: String, body: [UInt8])? = nil) async throws -> HTTPTestServer {
         let box = HTTPServerBox()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -50,7 +54,7 @@ final class HTTPTestServer: Sendable {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        let server = HTTPTestServer(port: channel.localAddress!.port!, channel: channel, statuses: statuses)
+        let server = HTTPTestServer(port: channel.localAddress!.port!, channel: channel, statuses: statuses, answer: answer)
         box.server = server
         return server
     }
@@ -120,11 +124,12 @@ private final class RecordingHandler: ChannelInboundHandler {
         case .end:
             let status = server.end(index)
             let text = status < 300 ? #"{"ok":true,"request":\#(index)}"# : #"{"ok":false,"error":"test failure"}"#
+            let body = server.answer?.body ?? Array(text.utf8)
             var headers = HTTPHeaders()
-            headers.add(name: "Content-Type", value: "application/json")
-            headers.add(name: "Content-Length", value: String(text.utf8.count))
+            headers.add(name: "Content-Type", value: server.answer?.contentType ?? "application/json")
+            headers.add(name: "Content-Length", value: String(body.count))
             context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers))), promise: nil)
-            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: text)))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }
     }
