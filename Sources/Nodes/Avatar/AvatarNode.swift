@@ -41,7 +41,11 @@ public actor AvatarNode: Node {
             context.logger.info("avatar session \(created.id) created (status \(created.statusName))")
             let ready = try await waitUntilReady(created, client: client, context: context)
             session = ready
+            try await waitForStart(context)
             try await client.startSession(ready.id)
+            if s.spaceParam != nil || s.imageParam != nil {
+                try await client.configureSession(ready.id, spaceParam: s.spaceParam, imageParam: s.imageParam)
+            }
             try? await context.emit("avatar_session", [
                 ("state", "open"), ("session_id", .string(ready.id)), ("play_url", .string(ready.playURL)),
                 ("protocol", .string(s.newSession.protocolName)), ("driver_type", .string("\(s.newSession.driverType)")),
@@ -80,6 +84,27 @@ public actor AvatarNode: Node {
 
     static func shieldedResult(_ operation: @escaping @Sendable () async throws -> Void) async -> Result<Void, any Error> {
         await Task { try await operation() }.result
+    }
+
+    /// Waits before startsession: for the first frame on `start` when it is linked (the SDK starts
+    /// once the player shows its first frame), or `start_delay_ms`, whichever comes first.
+    private func waitForStart(_ context: NodeContext) async throws {
+        let delay = settings.startDelay
+        let linked = context.connectedInputs.contains("start")
+        guard linked || delay > .zero else { return }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if linked {
+                group.addTask {
+                    for await _ in context.input("start") { return }
+                    // The start input ended without a frame: wait for the delay, if any, alone.
+                    if delay > .zero { try await context.clock.sleep(for: delay) }
+                }
+            }
+            if delay > .zero { group.addTask { try await context.clock.sleep(for: delay) } }
+            try await group.next()
+            group.cancelAll()
+        }
+        context.logger.info("starting the avatar session")
     }
 
     /// Polls `statsession` until the session is running (status 1).

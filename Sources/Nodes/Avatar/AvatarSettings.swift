@@ -15,6 +15,9 @@ struct AvatarSettings: Sendable {
     var closeTimeout: Duration
     var drainTimeout: Duration
     var maxReconnects: Int
+    var startDelay: Duration
+    var spaceParam: [String: ParamValue]?
+    var imageParam: [String: ParamValue]?
 
     /// Resolves the node's configuration; `appkey` and `access_token` fall back to `IVH_APPKEY` and
     /// `IVH_ACCESS_TOKEN` in `environment` (the variables the graph was loaded with).
@@ -32,6 +35,11 @@ struct AvatarSettings: Sendable {
         newSession = IVHNewSessionRequest(userID: c.userID, protocolName: c.protocolName,
                                           driverType: driver, virtualmanProjectID: c.virtualmanProjectID,
                                           protocolOptions: c.protocolOptions ?? [:])
+        newSession.sessionID = c.sessionID
+        newSession.userInfo = c.userInfo
+        startDelay = .milliseconds(c.startDelayMs)
+        spaceParam = c.spaceParam
+        imageParam = c.imageParam
         bargeIn = c.bargeIn
         interruptText = c.interruptText
         heartbeat = .milliseconds(Int64(c.heartbeatS * 1000))
@@ -88,11 +96,22 @@ extension AvatarNode {
         public var timeoutS: Double
         /// Consecutive failed channel openings before the node fails.
         public var maxReconnects: Int
+        /// newsession `SessionId`.
+        public var sessionID: String?
+        /// newsession `ExtraInfo.UserInfo`.
+        public var userInfo: String?
+        /// Delay before startsession.
+        public var startDelayMs: Int
+        /// configsession `SpaceParam`.
+        public var spaceParam: [String: ParamValue]?
+        /// configsession `ImageParam`.
+        public var imageParam: [String: ParamValue]?
 
         enum CodingKeys: String, CodingKey {
             case baseURL = "base_url", appkey, accessToken, userID = "user_id", driverType, protocolName = "protocol", protocolOptions
             case virtualmanProjectID = "virtualman_project_id", bargeIn, interruptText, caFile, heartbeatS, packetBytes, heldMs
             case readyTimeoutS, pollMs, closeTimeoutS, timeoutS, maxReconnects
+            case sessionID = "session_id", userInfo, startDelayMs, spaceParam, imageParam
         }
 
         /// The parameters of `avatar`.
@@ -117,6 +136,11 @@ extension AvatarNode {
             ParamSpec("close_timeout_s", .double(0.1...60), default: 3.0, doc: "time limit of the closesession request"),
             ParamSpec("timeout_s", .double(0.1...120), default: 10.0, doc: "time limit of other HTTPS requests"),
             ParamSpec("max_reconnects", .int(0...10000), default: 20, doc: "consecutive failed channel openings before the node fails"),
+            ParamSpec("session_id", .string, doc: "SessionId to create the session with (private deployments; the SaaS service assigns one)"),
+            ParamSpec("user_info", .string, doc: "ExtraInfo.UserInfo of newsession: initial information about the user"),
+            ParamSpec("start_delay_ms", .int(0...600_000), default: 0, doc: "call startsession this long after the session is ready (the SDK starts once the player shows its first frame); a frame on the `start` input starts it earlier"),
+            ParamSpec("space_param", .map, doc: "configsession SpaceParam once the session runs: { BackgroundUrl, ImagePosition: -0.5..0.5, ImagePositionVertical: -0.5..0.25, ImageZoom }"),
+            ParamSpec("image_param", .map, doc: "configsession ImageParam (3D avatars) once the session runs"),
         ]
 
         /// `packet_bytes` must be even (whole 16-bit samples).
@@ -135,6 +159,7 @@ extension AvatarNode {
             PortSpec("in", [.audio], required: false,
                      doc: "16 kHz mono audio (slices of 200 ms from the slicer); speech-start marks trigger barge-in"),
             PortSpec("text", [.text], required: false, doc: "text to speak (e.g. the asr node's text port)"),
+            PortSpec("start", [.event, .text], required: false, doc: "when linked, startsession waits for its first frame (e.g. the player's first-frame event), or start_delay_ms"),
         ],
         outputs: [.events],
         configuration: Configuration.self,

@@ -78,6 +78,7 @@ public enum IVHOperation: String, Sendable, CaseIterable {
     case statSession = "statsession"
     case listSessions = "listsessionofuin"
     case queryConfig = "getconfig"
+    case configSession = "configsession"
 
     /// Path prefix of the HTTPS operations.
     public static let prefix = "/v2/ivh/streammanager/streamservice/"
@@ -165,6 +166,10 @@ public struct IVHNewSessionRequest: Sendable {
     /// `ProtocolOption` fields (e.g. `RtmpPushAddr`, `TrtcRoomId`), passed through with their
     /// types: a number stays a JSON number, a boolean a JSON boolean.
     public var protocolOptions: [String: ParamValue]
+    /// A caller-chosen SessionId (private deployments; the SaaS service assigns one).
+    public var sessionID: String?
+    /// `ExtraInfo.UserInfo`: initial information about the user, for dialogue avatars.
+    public var userInfo: String?
 
     /// Creates a request.
     public init(userID: String, protocolName: String = "webrtc", driverType: IVHDriverType, virtualmanProjectID: String? = nil, protocolOptions: [String: ParamValue] = [:]) {
@@ -259,6 +264,8 @@ public final class IVHClient: Sendable {
         var payload: [String: Any] = ["ReqId": IVHJSON.requestID(), "UserId": r.userID, "Protocol": r.protocolName, "DriverType": r.driverType.rawValue]
         if let p = r.virtualmanProjectID, !p.isEmpty { payload["VirtualmanProjectId"] = p }
         if !r.protocolOptions.isEmpty { payload["ProtocolOption"] = r.protocolOptions.mapValues(IVHJSON.object) }
+        if let id = r.sessionID, !id.isEmpty { payload["SessionId"] = id }
+        if let info = r.userInfo, !info.isEmpty { payload["ExtraInfo"] = ["UserInfo": info] }
         let p = try await call(.newSession, payload)
         guard let id = p["SessionId"] as? String, !id.isEmpty else {
             throw IVHError(.badResponse, "newsession returned no SessionId", operation: "newsession")
@@ -298,6 +305,15 @@ public final class IVHClient: Sendable {
     public func sendText(sessionID: String, text: String, interrupt: Bool = false) async throws {
         _ = try await call(.command, ["ReqId": IVHJSON.requestID(), "SessionId": sessionID, "Command": "SEND_TEXT",
                                       "Data": ["Text": text, "Interrupt": interrupt] as [String: Any]])
+    }
+
+    /// Changes a running session's layout (`configsession`): `SpaceParam` (BackgroundUrl,
+    /// ImagePosition, ImagePositionVertical, ImageZoom) for 2D avatars, `ImageParam` for 3D ones.
+    public func configureSession(_ id: String, spaceParam: [String: ParamValue]?, imageParam: [String: ParamValue]?) async throws {
+        var payload: [String: Any] = ["ReqId": IVHJSON.requestID(), "SessionId": id]
+        if let s = spaceParam { payload["SpaceParam"] = s.mapValues(IVHJSON.object) }
+        if let i = imageParam { payload["ImageParam"] = i.mapValues(IVHJSON.object) }
+        _ = try await call(.configSession, payload)
     }
 
     /// The project's configuration as JSON text (the response `Payload`).

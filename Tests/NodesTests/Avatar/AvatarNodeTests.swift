@@ -125,6 +125,36 @@ struct AvatarNodeTests {
         await server.stop()
     }
 
+    /// newsession's optional SessionId and ExtraInfo.UserInfo, a delayed startsession, and
+    /// configsession with the layout once the session runs.
+    @Test func sessionOptionsStartDelayAndLayout() async throws {
+        let server = IVHServer()
+        try await server.start()
+        let release = TestFlag()
+        let yaml = """
+        version: 1
+        nodes:
+          say: { type: script-text }
+          \(IVHTest.avatarNode(server, "driver_type: 1, session_id: my-session-7, user_info: \"likes jazz\", start_delay_ms: 300, space_param: { BackgroundUrl: \"https://example.com/bg.png\", ImagePosition: 0.25, ImagePositionVertical: -0.1, ImageZoom: 1.5 }"))
+        links:
+          - say -> avatar.text
+        """
+        let pipeline = try Pipeline(yaml: yaml, registry: IVHTest.registry(texts: ["hi"], release: release))
+        _ = try await IVHTest.run(pipeline) { e in
+            if e.name == "avatar_status", e["status"]?.stringValue == "speak_over" { release.set() }
+        }
+        let calls = server.calls
+        #expect(server.created == ["my-session-7"])
+        let created = try #require(calls.first { $0.operation == "newsession" })
+        let payload = try #require((try JSONSerialization.jsonObject(with: Data(created.body.utf8)) as? [String: Any])?["Payload"] as? [String: Any])
+        #expect(payload["SessionId"] as? String == "my-session-7")
+        #expect((payload["ExtraInfo"] as? [String: Any])?["UserInfo"] as? String == "likes jazz")
+        let order = calls.map(\.operation).filter { ["newsession", "startsession", "configsession"].contains($0) }
+        #expect(order == ["newsession", "startsession", "configsession"])
+        #expect(calls.first { $0.operation == "configsession" }?.accepted == true, "the layout numbers go out as JSON numbers")
+        await server.stop()
+    }
+
     @Test func heartbeatsFollowTheInjectedClock() async throws {
         let server = IVHServer()
         try await server.start()

@@ -230,7 +230,7 @@ final class IVHServer: Sendable {
             case "newsession":
                 guard let user = payload["UserId"] as? String, payload["DriverType"] is Int else { code = 100001; return }
                 s.nextSession += 1
-                let id = "m\(s.nextSession)"
+                let id = (payload["SessionId"] as? String).flatMap { $0.isEmpty ? nil : $0 } ?? "m\(s.nextSession)"
                 s.sessions[id] = (options.initialStatus, 0, false, 0, user)
                 s.created.append(id)
                 out = ["SessionId": id, "SessionStatus": options.initialStatus,
@@ -262,6 +262,14 @@ final class IVHServer: Sendable {
                 guard let e = s.sessions[sid], e.closes == 0, e.started else { code = 110016; return }
             case "getconfig":
                 out = ["Protocols": ["rtmp", "trtc", "webrtc"]]
+            case "configsession":
+                // The published rules: a running session; SpaceParam needs its three numbers in range.
+                guard let e = s.sessions[sid], e.closes == 0, e.status == 1 else { code = 110006; return }
+                if let space = payload["SpaceParam"] as? [String: Any] {
+                    guard let x = space["ImagePosition"] as? Double, (-0.5...0.5).contains(x),
+                          let y = space["ImagePositionVertical"] as? Double, (-0.5...0.25).contains(y),
+                          space["ImageZoom"] is Double else { code = 100002; return }
+                }
             default:
                 code = 100001
             }
