@@ -8,15 +8,18 @@ import PipelineCore
 /// (they pass their own commands to `Voicepipe.main(registry:commands:)`).
 struct AvatarCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "avatar", abstract: "Digital-human sessions: list, status, close",
+        commandName: "avatar", abstract: "Digital-human sessions: list, status, close, layout; the project's configuration",
         discussion: """
         Credentials come from --appkey/--access-token or IVH_APPKEY/IVH_ACCESS_TOKEN.
         Examples:
           voicepipe avatar sessions
           voicepipe avatar status m318552187863054171 --json
           voicepipe avatar close m318552187863054171
+          voicepipe avatar layout m318552187863054171 --space '{"ImagePosition": 0.2, "ImagePositionVertical": 0, "ImageZoom": 1.2}'
+          voicepipe avatar config
         """,
-        subcommands: [AvatarSessionsCommand.self, AvatarStatusCommand.self, AvatarCloseCommand.self])
+        subcommands: [AvatarSessionsCommand.self, AvatarStatusCommand.self, AvatarCloseCommand.self,
+                      AvatarLayoutCommand.self, AvatarConfigCommand.self])
 }
 
 /// Connection options shared by the `avatar` subcommands.
@@ -143,5 +146,55 @@ struct AvatarCloseCommand: AsyncParsableCommand {
             try await client.closeSession(id)
             print(options.json ? "{\"session_id\":\(EventJSON.quote(id)),\"closed\":true}" : "closed \(id)")
         }
+    }
+}
+
+/// `voicepipe avatar layout ID --space JSON [--image JSON]`: configsession.
+struct AvatarLayoutCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "layout", abstract: "Change a running session's background, position and zoom (configsession)")
+    @Argument(help: "Session id.") var id: String
+    @Option(help: "SpaceParam as a JSON object: BackgroundUrl, ImagePosition (-0.5...0.5), ImagePositionVertical (-0.5...0.25), ImageZoom.") var space: String?
+    @Option(help: "ImageParam as a JSON object (3D avatars).") var image: String?
+    @OptionGroup var options: AvatarOptions
+
+    static func object(_ text: String?, _ name: String) throws -> [String: ParamValue]? {
+        guard let text else { return nil }
+        guard let o = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] else {
+            throw ValidationError("--\(name): expected a JSON object")
+        }
+        var out: [String: ParamValue] = [:]
+        for (k, v) in o {
+            switch v {
+            case let s as String: out[k] = .string(s)
+            case let n as NSNumber where String(cString: n.objCType) == "c": out[k] = .bool(n.boolValue)
+            case let n as NSNumber: out[k] = Int(exactly: n.doubleValue).map { .int($0) } ?? .double(n.doubleValue)
+            default: throw ValidationError("--\(name): \(k) must be a string, number or boolean")
+            }
+        }
+        return out
+    }
+
+    func validate() throws {
+        if space == nil && image == nil { throw ValidationError("give --space or --image") }
+        _ = try Self.object(space, "space")
+        _ = try Self.object(image, "image")
+    }
+
+    func run() async throws {
+        let spaceParam = try Self.object(space, "space"), imageParam = try Self.object(image, "image")
+        try await options.with { client in
+            try await client.configureSession(id, spaceParam: spaceParam, imageParam: imageParam)
+            print(options.json ? "{\"session_id\":\(EventJSON.quote(id)),\"configured\":true}" : "configured \(id)")
+        }
+    }
+}
+
+/// `voicepipe avatar config`: the project's configuration (driver types, protocols, ...).
+struct AvatarConfigCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "config", abstract: "Show the project's configuration (queryconfig)")
+    @OptionGroup var options: AvatarOptions
+
+    func run() async throws {
+        try await options.with { client in print(try await client.queryConfiguration()) }
     }
 }

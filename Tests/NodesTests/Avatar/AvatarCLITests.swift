@@ -91,6 +91,14 @@ struct AvatarCLITests {
         #expect(await Self.finish(p) == 0, "stderr: \(Self.read(err))")
         #expect(Self.read(out).contains("running"))
 
+        (p, out, err) = try Self.launch(["avatar", "layout", s.id, "--space", #"{"ImagePosition": 0.2, "ImagePositionVertical": -0.1, "ImageZoom": 1.5}"#] + base, server: server)
+        #expect(await Self.finish(p) == 0, "stderr: \(Self.read(err))")
+        #expect(server.calls.contains { $0.operation == "configsession" && $0.accepted })
+
+        (p, out, err) = try Self.launch(["avatar", "config"] + base, server: server)
+        #expect(await Self.finish(p) == 0, "stderr: \(Self.read(err))")
+        #expect(Self.read(out).contains("Protocols"))
+
         (p, out, err) = try Self.launch(["avatar", "close", s.id] + base, server: server)
         #expect(await Self.finish(p) == 0, "stderr: \(Self.read(err))")
         #expect(server.closes(s.id) == 1)
