@@ -159,17 +159,8 @@ struct TencentASRUnitTests {
     }
 
     @Test func aListenerThatNeverAnswersTheHandshakeTimesOutAndCancelsPromptly() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(listener) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) } }
-        listen(listener, 16)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &len) } }
-        let port = Int(UInt16(bigEndian: addr.sin_port))
+        let listener = SilentListener()
+        let port = listener.port
         let started = ContinuousClock.now
         await #expect(throws: BoundedWebSocket.HandshakeTimeout.self) {
             try await BoundedWebSocket.connect(url: "ws://127.0.0.1:\(port)/", configuration: .init(), tlsConfiguration: nil,

@@ -168,18 +168,8 @@ struct HTTPUploadTests {
     /// A server that accepts the connection and never reads: the body stays within its bound,
     /// the node waits, and the input edge's drop-oldest policy takes over (counted).
     @Test func aServerThatStopsReadingBacksUpToTheInputEdge() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(listener) }
-        var small: Int32 = 4096
-        setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) } }
-        listen(listener, 4)   // connections complete in the backlog; nobody accepts or reads
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &len) } }
-        let port = Int(UInt16(bigEndian: addr.sin_port))
+        let listener = SilentListener(receiveBuffer: 4096)   // connections complete in the backlog; nobody reads
+        let port = listener.port
         // 20 minutes of audio (38 MB) offered as fast as possible.
         let pipeline = try Pipeline(yaml: """
             version: 1
