@@ -97,22 +97,26 @@ public actor FileSourceNode: Node {
                 var decoded: [Int16] = []
                 data.withUnsafeBytes { header.encoding.decode($0, into: &decoded) }
                 pending += converter.convert(decoded)
-                while pending.count >= outFrame {
-                    try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
-                    pending.removeFirst(outFrame)
-                }
+                try await emitWhole(&pending, frame: outFrame, context: context, out: out, pacer: pacer, format: outFormat)
                 context.reportProgress(position: total - Double(remaining) / Double(header.format.bytesPerSecond * header.encoding.bytes / 2), total: total)
             }
         } while loop && !Task.isCancelled
         pending += converter.flush()
-        while pending.count >= outFrame {
-            try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
-            pending.removeFirst(outFrame)
-        }
+        try await emitWhole(&pending, frame: outFrame, context: context, out: out, pacer: pacer, format: outFormat)
         if !pending.isEmpty { try await emit(context: context, out: out, pacer: pacer, format: outFormat, pending) }   // the last, shorter frame
     }
 
     private var sampleIndex: Int64 = 0
+
+    /// Emits every whole frame in `pending`, keeping the remainder (one copy, not one per frame).
+    private func emitWhole(_ pending: inout [Int16], frame: Int, context: NodeContext, out: OutputPort, pacer: Pacer, format: AudioFormat) async throws {
+        var start = 0
+        while pending.count - start >= frame {
+            try await emit(context: context, out: out, pacer: pacer, format: format, Array(pending[start..<start + frame]))
+            start += frame
+        }
+        if start > 0 { pending.removeFirst(start) }
+    }
 
     /// Raw PCM from a pipe or device: read as it comes, waiting without blocking a thread, so a
     /// pipe with no writer yet still stops on the first SIGINT.
@@ -154,17 +158,11 @@ public actor FileSourceNode: Node {
             carry.withUnsafeBytes { encoding.decode(UnsafeRawBufferPointer(rebasing: $0[0..<whole]), into: &decoded) }
             carry.removeFirst(whole)
             pending += converter.convert(decoded)
-            while pending.count >= outFrame {
-                try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
-                pending.removeFirst(outFrame)
-            }
+            try await emitWhole(&pending, frame: outFrame, context: context, out: out, pacer: pacer, format: outFormat)
         }
         pending += converter.flush()
-        while pending.count >= outFrame {
-            try await emit(context: context, out: out, pacer: pacer, format: outFormat, Array(pending[0..<outFrame]))
-            pending.removeFirst(outFrame)
-        }
-        if !pending.isEmpty { try await emit(context: context, out: out, pacer: pacer, format: outFormat, pending) }
+        try await emitWhole(&pending, frame: outFrame, context: context, out: out, pacer: pacer, format: outFormat)
+        if !pending.isEmpty { try await emit(context: context, out: out, pacer: pacer, format: outFormat, pending) }   // the last, shorter frame
         if total == 0 {
             context.logger.warning("\(path): the stream ended without audio samples")
             context.count("empty_input")
