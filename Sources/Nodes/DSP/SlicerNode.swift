@@ -9,6 +9,10 @@ import PipelineCore
 ///   (default 60000) are split into several flows.
 /// - `mode: fixed` — the whole stream is one flow (split by `max_utterance_ms` only when given).
 ///
+/// - `delivery: stream` — the same flows and seq numbers, but the audio leaves as it arrives, in
+///   pieces of at most one input frame that never straddle a slice (for per-frame consumers such as
+///   `opus-encode`, which then never encodes a whole slice at once).
+///
 /// Voice ids are `<voice_id_prefix>-<n>`; the default prefix is random per run, so ids are unique.
 /// The last, partial slice of a flow (and of the stream) is delivered, marked last. Emits
 /// `utterance_start` / `utterance_end` (`voice_id`, `seq`, `media_ms`) on `events`; `seq` of
@@ -19,6 +23,7 @@ public actor SlicerNode: FrameProcessor {
     let sliceBytes: Int?
     let maxMs: Int
     let prefix: String
+    let delivery: SlicerStateMachine.Delivery
     private var machine: SlicerStateMachine?
 
     init(configuration c: Configuration) {
@@ -27,6 +32,7 @@ public actor SlicerNode: FrameProcessor {
         sliceMs = c.sliceBytes == nil ? (c.sliceMs ?? Configuration.defaultSliceMs) : nil
         maxMs = c.maxUtteranceMs ?? (c.mode == .utterance ? Configuration.defaultMaxUtteranceMs : 0)
         prefix = c.voiceIdPrefix ?? String(UUID().uuidString.lowercased().prefix(8))
+        delivery = c.delivery
     }
 
     public func process(_ frame: Frame, context: NodeContext) async throws {
@@ -44,7 +50,7 @@ public actor SlicerNode: FrameProcessor {
                 frames = max(1, f.frames(ms: sliceMs ?? 200))
             }
             machine = SlicerStateMachine(format: f, mode: mode, sliceFrames: frames,
-                                         maxFlowFrames: f.frames(ms: maxMs), prefix: prefix)
+                                         maxFlowFrames: f.frames(ms: maxMs), prefix: prefix, delivery: delivery)
         }
         try await perform(machine!.push(audio.samples, pts: frame.pts, marks: frame.marks), context: context)
     }
@@ -73,6 +79,7 @@ public actor SlicerNode: FrameProcessor {
         public var sliceBytes: Int?
         public var maxUtteranceMs: Int?
         public var voiceIdPrefix: String?
+        public var delivery: SlicerStateMachine.Delivery
         /// Slice length when neither `slice_ms` nor `slice_bytes` is given.
         static let defaultSliceMs = 200
         /// `max_utterance_ms` in utterance mode when not given.
@@ -83,6 +90,8 @@ public actor SlicerNode: FrameProcessor {
             ParamSpec("slice_bytes", .int(2...10_000_000), doc: "slice length in bytes of s16 audio (instead of slice_ms)"),
             ParamSpec("max_utterance_ms", .int(0...), doc: "split flows longer than this; default 60000 in utterance mode, unlimited in fixed mode; 0 = unlimited"),
             ParamSpec("voice_id_prefix", .string, doc: "voice ids are <prefix>-<n>; default: random per run"),
+            ParamSpec("delivery", .choice(SlicerStateMachine.Delivery.allCases.map(\.rawValue)), default: "slice",
+                      doc: "slice: each slice whole once complete; stream: the audio as it arrives, in pieces of at most one input frame marked with their slice (for per-frame consumers such as opus-encode: no burst at slice boundaries, at most one frame of delay)"),
         ]
         public func problems() -> [String] {
             sliceMs != nil && sliceBytes != nil ? ["give slice_ms or slice_bytes, not both"] : []

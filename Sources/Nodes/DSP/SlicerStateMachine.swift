@@ -14,6 +14,12 @@ import PipelineCore
 /// - **Marks.** The first slice of a flow carries `speechStart`, the last `speechEnd` (in utterance
 ///   mode; in fixed mode the VAD's marks ride on the slice holding the marked frame's first sample
 ///   (start) or last sample (end)). `discontinuity` rides on the slice holding the frame's first sample.
+/// - **Delivery.** `.slice` delivers each slice whole once it is complete. `.stream` delivers the same
+///   audio as it arrives, in pieces of at most one input frame that never straddle two slices; every
+///   piece carries its slice's `voiceID` and `seq`, `isFirst` only on the flow's first piece and `isLast`
+///   only on its last, so a 600 ms slice boundary costs downstream no more work than any other frame.
+///   One piece is held until the next sample arrives or the flow ends (to mark the last one), which
+///   delays audio by at most one input frame.
 public struct SlicerStateMachine: Sendable {
     /// How audio is grouped into flows.
     public enum Mode: String, Sendable, Hashable, Decodable {
@@ -23,7 +29,15 @@ public struct SlicerStateMachine: Sendable {
         case utterance
     }
 
-    /// One slice of audio.
+    /// How audio leaves the machine.
+    public enum Delivery: String, Sendable, Hashable, Decodable, CaseIterable {
+        /// Whole slices, each once it is complete.
+        case slice
+        /// Pieces of at most one input frame as they arrive, marked with their slice.
+        case stream
+    }
+
+    /// One slice of audio (with `.stream` delivery: one piece of a slice).
     public struct Slice: Sendable {
         /// Interleaved samples.
         public var samples: [Int16]
@@ -55,6 +69,8 @@ public struct SlicerStateMachine: Sendable {
     public let maxFlowFrames: Int
     /// Prefix of voice ids.
     public let prefix: String
+    /// Whole slices or pieces as they arrive.
+    public let delivery: Delivery
 
     private var inFlow = false
     private var flowAnnounced = false
@@ -67,17 +83,23 @@ public struct SlicerStateMachine: Sendable {
     private var bufferPts: Int64 = 0
     private var bufferMarks = FrameMarks()
     private var held: Slice?
+    private var lastSeq = 0
     private var flowStartPts: Int64 = 0
     private var lastPts: Int64 = 0
+    // Stream delivery: the slice the next sample belongs to, and how many samples it already has.
+    private var sliceIndex = 0
+    private var sliceFill = 0
 
     /// Creates a state machine.
-    public init(format: AudioFormat, mode: Mode, sliceFrames: Int, maxFlowFrames: Int = 0, prefix: String) {
+    public init(format: AudioFormat, mode: Mode, sliceFrames: Int, maxFlowFrames: Int = 0, prefix: String,
+                delivery: Delivery = .slice) {
         precondition(sliceFrames > 0, "slices hold at least one sample")
         self.format = format
         self.mode = mode
         self.sliceFrames = sliceFrames
         self.maxFlowFrames = max(0, maxFlowFrames)
         self.prefix = prefix
+        self.delivery = delivery
     }
 
     /// True while a flow is open.
@@ -121,12 +143,15 @@ public struct SlicerStateMachine: Sendable {
         voiceID = "\(prefix)-\(flowCount)"
         nextSeq = 0
         flowFrames = 0
+        sliceIndex = 0
+        sliceFill = 0
         buffer.removeAll(keepingCapacity: true)
         bufferMarks = FrameMarks()
         held = nil
     }
 
     private mutating func append(_ samples: [Int16], pts: Int64, start: Bool, discontinuity: Bool, _ actions: inout [Action]) {
+        if delivery == .stream { return appendPieces(samples, pts: pts, start: start, discontinuity: discontinuity, &actions) }
         let ch = format.channels
         var offset = 0
         var pendingStart = start, pendingGap = discontinuity
@@ -159,19 +184,53 @@ public struct SlicerStateMachine: Sendable {
         }
     }
 
+    /// Stream delivery: each run of samples up to a slice (or flow) boundary becomes a piece at once.
+    private mutating func appendPieces(_ samples: [Int16], pts: Int64, start: Bool, discontinuity: Bool, _ actions: inout [Action]) {
+        let ch = format.channels
+        var offset = 0
+        var pendingStart = start, pendingGap = discontinuity
+        while offset < samples.count {
+            if needsNewFlow {
+                closeFlow(&actions)
+                openFlow()
+            }
+            var room = sliceFrames - sliceFill
+            if maxFlowFrames > 0 { room = min(room, maxFlowFrames - flowFrames) }
+            let n = min(room * ch, samples.count - offset)
+            let piece = Slice(samples: Array(samples[offset..<(offset + n)]),
+                              pts: pts + MediaTime.nanos(samples: Int64(offset / ch), rate: format.sampleRate),
+                              info: SliceInfo(voiceID: voiceID, seq: sliceIndex, isFirst: false, isLast: false),
+                              marks: FrameMarks(speechStart: pendingStart, discontinuity: pendingGap))
+            pendingStart = false
+            pendingGap = false
+            if let h = held { emit(h, last: false, &actions) }
+            held = piece
+            offset += n
+            flowFrames += n / ch
+            sliceFill += n / ch
+            lastPts = pts + MediaTime.nanos(samples: Int64(offset / ch), rate: format.sampleRate)
+            if sliceFill == sliceFrames { sliceIndex += 1; sliceFill = 0 }
+            if maxFlowFrames > 0 && flowFrames >= maxFlowFrames { needsNewFlow = true }
+        }
+    }
+
     private mutating func emit(_ slice: Slice, last: Bool, _ actions: inout [Action]) {
         var s = slice
         if !flowAnnounced {
             flowAnnounced = true
             actions.append(.flowStart(voiceID: voiceID, pts: s.pts))
         }
-        s.info = SliceInfo(voiceID: voiceID, seq: nextSeq, isFirst: nextSeq == 0, isLast: last)
+        // With stream delivery a piece keeps its slice's seq; nextSeq counts what this flow emitted.
+        let first = nextSeq == 0
+        let seq = delivery == .stream ? s.info.seq : nextSeq
+        s.info = SliceInfo(voiceID: voiceID, seq: seq, isFirst: first, isLast: last)
+        lastSeq = seq
+        nextSeq += 1
         if mode == .utterance {
-            s.marks.speechStart = nextSeq == 0
+            s.marks.speechStart = first
             s.marks.speechEnd = last
         }
         s.marks.slice = s.info
-        nextSeq += 1
         actions.append(.slice(s))
     }
 
@@ -185,7 +244,7 @@ public struct SlicerStateMachine: Sendable {
             held = nil
             emit(h, last: true, &actions)
         }
-        if flowAnnounced { actions.append(.flowEnd(voiceID: voiceID, lastSeq: nextSeq - 1, pts: lastPts)) }
+        if flowAnnounced { actions.append(.flowEnd(voiceID: voiceID, lastSeq: lastSeq, pts: lastPts)) }
         inFlow = false
         needsNewFlow = false
     }

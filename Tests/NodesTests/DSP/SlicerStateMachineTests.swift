@@ -89,4 +89,106 @@ struct SlicerStateMachineTests {
         var m = SlicerStateMachine(format: format, mode: .utterance, sliceFrames: 10, prefix: "u")
         #expect(run(&m, frames: 10, size: 20).isEmpty)
     }
+
+    // MARK: stream delivery
+
+    /// Runs the same frames and marks through both deliveries.
+    func both(mode: SlicerStateMachine.Mode, sliceFrames: Int, maxFlow: Int = 0, channels: Int = 1, sizes: [Int],
+              marks: [Int: FrameMarks]) -> (slices: [SlicerStateMachine.Action], pieces: [SlicerStateMachine.Action], heldAfterPush: [Int]) {
+        let f = AudioFormat(sampleRate: 1000, channels: channels)
+        var a = SlicerStateMachine(format: f, mode: mode, sliceFrames: sliceFrames, maxFlowFrames: maxFlow, prefix: "v")
+        var b = SlicerStateMachine(format: f, mode: mode, sliceFrames: sliceFrames, maxFlowFrames: maxFlow, prefix: "v", delivery: .stream)
+        var outA: [SlicerStateMachine.Action] = [], outB: [SlicerStateMachine.Action] = []
+        var held: [Int] = []
+        var n = 0, inFlowPushed = 0, emitted = 0
+        for (i, size) in sizes.enumerated() {
+            let samples = (0..<size * channels).map { Int16(truncatingIfNeeded: n * channels + $0) }
+            let pts = Int64(n) * 1_000_000
+            n += size
+            outA += a.push(samples, pts: pts, marks: marks[i] ?? .none)
+            let wasIn = b.isInFlow
+            let acts = b.push(samples, pts: pts, marks: marks[i] ?? .none)
+            outB += acts
+            if b.isInFlow || wasIn { inFlowPushed += size } 
+            emitted += slices(acts).reduce(0) { $0 + $1.samples.count / channels }
+            held.append(b.isInFlow ? inFlowPushed - emitted : 0)
+            if !b.isInFlow { inFlowPushed = emitted }
+        }
+        return (outA + a.finish(), outB + b.finish(), held)
+    }
+
+    /// Pieces regrouped by (voice id, seq) must equal the whole slices, and flags must mark the flows' ends.
+    func expectSameFlows(_ r: (slices: [SlicerStateMachine.Action], pieces: [SlicerStateMachine.Action], heldAfterPush: [Int]),
+                         maxPiece: Int, sourceLocation: Testing.SourceLocation = #_sourceLocation) {
+        let whole = slices(r.slices), pieces = slices(r.pieces)
+        var regrouped: [(id: String, seq: Int, samples: [Int16], pts: Int64)] = []
+        for p in pieces {
+            #expect(p.samples.count <= maxPiece, "a piece is larger than an input frame", sourceLocation: sourceLocation)
+            #expect(p.marks.slice == p.info, sourceLocation: sourceLocation)
+            if let last = regrouped.last, last.id == p.info.voiceID, last.seq == p.info.seq {
+                regrouped[regrouped.count - 1].samples += p.samples
+            } else {
+                regrouped.append((p.info.voiceID, p.info.seq, p.samples, p.pts))
+            }
+        }
+        #expect(regrouped.map(\.id) == whole.map(\.info.voiceID), sourceLocation: sourceLocation)
+        #expect(regrouped.map(\.seq) == whole.map(\.info.seq), sourceLocation: sourceLocation)
+        #expect(regrouped.map(\.samples) == whole.map(\.samples), sourceLocation: sourceLocation)
+        #expect(regrouped.map(\.pts) == whole.map(\.pts), sourceLocation: sourceLocation)
+        // First and last flags (and the utterance marks) only on each flow's first and last piece.
+        for id in Set(pieces.map(\.info.voiceID)) {
+            let flow = pieces.filter { $0.info.voiceID == id }
+            #expect(flow.map(\.info.isFirst) == flow.indices.map { $0 == 0 }, "\(id)", sourceLocation: sourceLocation)
+            #expect(flow.map(\.info.isLast) == flow.indices.map { $0 == flow.count - 1 }, "\(id)", sourceLocation: sourceLocation)
+        }
+        // The same flow boundaries, with the same last seq.
+        func bounds(_ acts: [SlicerStateMachine.Action]) -> [String] {
+            acts.compactMap {
+                switch $0 {
+                case .flowStart(let id, let pts): "start \(id) \(pts)"
+                case .flowEnd(let id, let seq, let pts): "end \(id) \(seq) \(pts)"
+                case .slice: nil
+                }
+            }
+        }
+        #expect(bounds(r.pieces) == bounds(r.slices), sourceLocation: sourceLocation)
+    }
+
+    @Test func streamDeliveryCarriesTheSameSlicesAsTheyArrive() {
+        // Utterance mode: 600-sample slices from 20-sample frames, an utterance from frame 3 to frame 70.
+        let r = both(mode: .utterance, sliceFrames: 600, sizes: Array(repeating: 20, count: 90),
+                     marks: [3: FrameMarks(speechStart: true), 70: FrameMarks(speechEnd: true)])
+        expectSameFlows(r, maxPiece: 20)
+        // Never more than one input frame held back: the slice boundary releases nothing in bulk.
+        #expect(r.heldAfterPush.max()! <= 20)
+        #expect(slices(r.pieces).count == 68)
+        let ends = slices(r.pieces).filter { $0.marks.speechEnd }
+        #expect(ends.count == 1 && ends[0].info.isLast)
+    }
+
+    @Test func streamDeliveryCutsFramesAtSliceAndFlowBoundaries() {
+        // Frames of 25 samples against slices of 30 and flows split at 70: pieces straddle nothing.
+        let r = both(mode: .utterance, sliceFrames: 30, maxFlow: 70, sizes: Array(repeating: 25, count: 12),
+                     marks: [0: FrameMarks(speechStart: true), 10: FrameMarks(speechEnd: true)])
+        expectSameFlows(r, maxPiece: 25)
+        #expect(slices(r.pieces).flatMap(\.samples) == slices(r.slices).flatMap(\.samples))
+    }
+
+    @Test func streamDeliveryMatchesSliceDeliveryOnIrregularInput() {
+        // Irregular frame sizes, stereo, fixed and utterance modes, several utterances and a stream ending mid-utterance.
+        var rng = SystemRandomNumberGenerator()
+        for trial in 0..<40 {
+            let mode: SlicerStateMachine.Mode = trial % 2 == 0 ? .utterance : .fixed
+            let sizes = (0..<60).map { _ in Int.random(in: 1...48, using: &rng) }
+            var marks: [Int: FrameMarks] = [:]
+            for i in 0..<60 where Int.random(in: 0..<6, using: &rng) == 0 {
+                marks[i] = FrameMarks(speechStart: Bool.random(using: &rng), speechEnd: Bool.random(using: &rng),
+                                      discontinuity: Bool.random(using: &rng))
+            }
+            let r = both(mode: mode, sliceFrames: Int.random(in: 5...100, using: &rng),
+                         maxFlow: trial % 3 == 0 ? Int.random(in: 50...400, using: &rng) : 0,
+                         channels: trial % 4 == 0 ? 2 : 1, sizes: sizes, marks: marks)
+            expectSameFlows(r, maxPiece: 48 * (trial % 4 == 0 ? 2 : 1))
+        }
+    }
 }
