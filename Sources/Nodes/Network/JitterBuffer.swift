@@ -14,6 +14,14 @@ import PipelineCore
 /// stretches); when the offset exceeds the target by ``Configuration/shrinkThreshold``, one frame is
 /// skipped, preferring a missing one.
 ///
+/// Clock drift. The sender's media clock and the local clock differ by some ppm; left alone, the
+/// fastest transit creeps and the buffer corrects it in whole frames (a stretch every minute at
+/// 300 ppm, audible as a gap). With ``Configuration/compensatesDrift`` the buffer estimates the drift
+/// (``ClockSkewEstimator``, from the fastest transit per second of arrival) and moves the play time by
+/// it at every tick, so playout follows the sender's clock and stretches and skips are left for jitter.
+/// Frames then leave at the sender's rate: the playback sink's own rate matching turns that into the
+/// device's rate.
+///
 /// ```swift
 /// var jb = JitterBuffer(configuration: try .init(minMs: 20, maxMs: 200, frameMs: 20))
 /// _ = jb.insert(frame, arrival: now)
@@ -36,6 +44,8 @@ public struct JitterBuffer: Sendable {
         public var shrinkThreshold: Int64
         /// Consecutive late packets after which the buffer restarts on the incoming stream.
         public var resyncAfterLate: Int = 10
+        /// Follow the sender's clock: move the play time by the estimated drift at every tick.
+        public var compensatesDrift = true
 
         /// Creates a configuration; throws when the bounds make no sense.
         public init(minMs: Int, maxMs: Int, frameMs: Int = 20) throws(ConfigurationError) {
@@ -106,6 +116,9 @@ public struct JitterBuffer: Sendable {
     public private(set) var statistics = Statistics()
     /// RFC 3550 interarrival jitter estimate, ns.
     public private(set) var jitterNanos: Double = 0
+    /// Estimated drift of the sender's clock against the local one, ppm (positive: the sender is
+    /// slow); nil until a few seconds of packets were seen.
+    public var driftPPM: Double? { skew.ppm }
 
     private var buffer: [Frame] = []           // sorted by pts
     private var playPts: Int64 = 0             // pts due at the next tick
@@ -119,6 +132,8 @@ public struct JitterBuffer: Sendable {
     private var played: [Int64] = []           // recently played pts, for duplicate detection
     private var consecutiveLate = 0
     private var latePenaltyNanos: Double = 0   // + one frame per late packet, decaying (half-life ~140 packets)
+    private var skew = ClockSkewEstimator()
+    private var driftCarry: Double = 0         // fraction of a nanosecond of drift not yet applied
 
     /// A buffer with nothing in it; playout starts with the first packet.
     public init(configuration: Configuration) {
@@ -189,6 +204,13 @@ public struct JitterBuffer: Sendable {
     public mutating func tick() -> Action {
         precondition(started, "tick() before the first packet")
         ticked = true
+        if configuration.compensatesDrift, let ppm = skew.ppm {
+            // The next slot is due one frame of the sender's clock later: frame × (1 + drift) locally.
+            driftCarry += ppm * 1e-6 * Double(configuration.frameNanos)
+            let whole = driftCarry.rounded(.towardZero)
+            offset += Int64(whole)
+            driftCarry -= whole
+        }
         let desired = minTransit + targetDelayNanos
         // Grow the delay: play a gap now and keep the same packet for the next tick.
         if desired - offset >= configuration.frameNanos {
@@ -256,6 +278,7 @@ public struct JitterBuffer: Sendable {
             jitterNanos += (d - jitterNanos) / 16
         }
         lastTransit = transit
+        skew.add(arrival: arrival, transit: transit)
         if transits.count < configuration.transitWindow {
             transits.append(transit)
         } else {

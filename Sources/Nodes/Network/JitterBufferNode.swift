@@ -13,7 +13,7 @@ import PipelineCore
 ///
 /// The delay adapts as described on ``JitterBuffer``. Counters (`played`, `concealed`, `stretched`,
 /// `skipped`, `late`, `duplicates`, `resyncs`) go to `--stats`; a `jitter_stats` event with the same
-/// fields plus `jitter_ms`, `target_ms` and `delay_ms` is emitted every `stats_interval_ms` and at the end.
+/// fields plus `jitter_ms`, `target_ms`, `delay_ms` and (after a few seconds) `clock_drift_ppm` is emitted every `stats_interval_ms` and at the end.
 public actor JitterBufferNode: Node {
     private var buffer: JitterBuffer
     private let statsIntervalNanos: Int64
@@ -106,6 +106,11 @@ public actor JitterBufferNode: Node {
         fields.append(("jitter_ms", .double((buffer.jitterNanos / 1e5).rounded() / 10)))
         fields.append(("target_ms", .double(Double(buffer.targetDelayNanos / 100_000) / 10)))
         fields.append(("delay_ms", .double(Double(buffer.currentDelayNanos / 100_000) / 10)))
+        if let ppm = buffer.driftPPM {
+            let rounded = (ppm * 10).rounded() / 10
+            fields.append(("clock_drift_ppm", .double(rounded)))
+            context.gauge("clock_drift_ppm", rounded)
+        }
         try await context.emit("jitter_stats", fields)
     }
 
@@ -123,17 +128,23 @@ public actor JitterBufferNode: Node {
         public var frameMs: Int
         /// `jitter_stats` event period (0 = only at the end).
         public var statsIntervalMs: Int
+        /// Follow the sender's clock.
+        public var driftCompensation: Bool
         /// The parameters of `jitter-buffer`.
         public static let parameters = [
             ParamSpec("min_ms", .int(0...5000), default: 20, doc: "smallest target delay beyond the fastest transit"),
             ParamSpec("max_ms", .int(0...5000), default: 200, doc: "largest target delay"),
             ParamSpec("frame_ms", .int(1...120), default: 20, doc: "packet interval for concealment and adaptation steps"),
             ParamSpec("stats_interval_ms", .int(0...3_600_000), default: 5000, doc: "jitter_stats event period (0 = only at the end)"),
+            ParamSpec("drift_compensation", .bool, default: true,
+                      doc: "estimate the sender's clock drift (clock_drift_ppm in --stats and jitter_stats) and play out at its rate instead of stretching or skipping whole frames"),
         ]
 
         /// The buffer's settings; throws when the delays and the interval do not fit together.
         public func bufferConfiguration() throws(JitterBuffer.ConfigurationError) -> JitterBuffer.Configuration {
-            try JitterBuffer.Configuration(minMs: minMs, maxMs: maxMs, frameMs: frameMs)
+            var c = try JitterBuffer.Configuration(minMs: minMs, maxMs: maxMs, frameMs: frameMs)
+            c.compensatesDrift = driftCompensation
+            return c
         }
 
         /// `min_ms` must not exceed `max_ms`.

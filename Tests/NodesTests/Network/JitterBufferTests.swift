@@ -183,4 +183,43 @@ struct JitterBufferTests {
         #expect(throws: JitterBuffer.ConfigurationError.self) { try JitterBuffer.Configuration(minMs: 100, maxMs: 50) }
         #expect(throws: JitterBuffer.ConfigurationError.self) { try JitterBuffer.Configuration(minMs: 0, maxMs: 50, frameMs: 0) }
     }
+
+    /// A sender whose clock runs `ppm` slow (positive) or fast against ours, with 0–10 ms of jitter,
+    /// for `seconds`; ticks when due, as the node does. Returns the buffer afterwards.
+    static func driftingCall(ppm: Double, seconds: Int, compensate: Bool) throws -> JitterBuffer {
+        var c = try JitterBuffer.Configuration(minMs: 20, maxMs: 200, frameMs: 20)
+        c.compensatesDrift = compensate
+        var jb = JitterBuffer(configuration: c)
+        var rng = RTPTestRandom(seed: 99)
+        let frames = seconds * 50
+        for k in 0..<frames {
+            let pts = Int64(k) * 20_000_000
+            let arrival = Int64((Double(pts) * (1 + ppm / 1e6)).rounded()) + 5_000_000 + Int64(rng.next() % 10_000_001)
+            while let due = jb.nextTickTime, due < arrival { _ = jb.tick() }
+            _ = jb.insert(JitterSimulation.packet(Int64(k) * 20), arrival: arrival)
+        }
+        return jb
+    }
+
+    @Test(arguments: [300.0, -300.0, 120.0])
+    func followsTheSendersClockInsteadOfStretchingOrSkipping(ppm: Double) throws {
+        // Ten minutes of a call: 300 ppm is 180 ms, nine frames of creep.
+        let left = try Self.driftingCall(ppm: ppm, seconds: 600, compensate: false)
+        let creep = ppm > 0 ? left.statistics.stretched : left.statistics.skipped
+        #expect(creep >= Int(abs(ppm) * 600 / 1e6 / 0.02) - 2, "without compensation the drift shows as whole frames: \(left.statistics)")
+
+        let followed = try Self.driftingCall(ppm: ppm, seconds: 600, compensate: true)
+        let estimate = try #require(followed.driftPPM)
+        #expect(abs(estimate - ppm) < 25, "drift estimate \(estimate) ppm for \(ppm)")
+        // A stretch or a skip may happen while the estimate settles (the first seconds), none after.
+        #expect(followed.statistics.stretched + followed.statistics.skipped <= 1, "\(followed.statistics)")
+        #expect(followed.statistics.concealed <= left.statistics.concealed)
+        #expect(followed.statistics.played >= 600 * 50 - 20)
+    }
+
+    @Test func reportsNoDriftWhenTheClocksAgree() throws {
+        let jb = try Self.driftingCall(ppm: 0, seconds: 60, compensate: true)
+        #expect(abs(try #require(jb.driftPPM)) < 25)
+        #expect(jb.statistics.stretched + jb.statistics.skipped <= 1)
+    }
 }
