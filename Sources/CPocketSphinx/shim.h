@@ -3,6 +3,7 @@
 #include <pocketsphinx.h>
 #include <sphinxbase/err.h>
 #include <sphinxbase/cmd_ln.h>
+#include <sphinxbase/logmath.h>
 
 /// Builds a decoder configuration from "-name value" pairs (pocketsphinx 5prealpha has no
 /// typed config API; cmd_ln_init is variadic and not callable from Swift).

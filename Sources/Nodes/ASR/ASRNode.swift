@@ -59,6 +59,11 @@ public actor ASRNode: Node {
                 .object(["word": .string(w.word), "start_ms": .int(w.startMs), "end_ms": .int(w.endMs), "stable": .bool(w.stable)])
             })))
         }
+        if !t.alternatives.isEmpty {
+            fields.append(("alternatives", .array(t.alternatives.map { a in
+                .object(["text": .string(a.text), "confidence": .double(a.confidence)])
+            })))
+        }
         return fields
     }
 

@@ -156,6 +156,40 @@ final class PocketSphinxDecoder: @unchecked Sendable {
         return hypothesis()
     }
 
+    /// Up to `limit` distinct hypotheses of the utterance just ended, best first, each with its share
+    /// of the probability mass of the hypotheses found (PocketSphinx's n-best list from the lattice;
+    /// paths differing only in silences and fillers count once). Empty when there is no lattice
+    /// (keyword spotting, an empty utterance).
+    func alternatives(_ limit: Int) -> [ASRAlternative] {
+        guard limit > 0, var nbest = ps_nbest(decoder) else { return [] }
+        var found: [(text: String, score: Int32)] = []
+        var seen: Set<String> = []
+        var examined = 0
+        // Paths that differ only in fillers repeat a text; look a little further than `limit`.
+        while examined < limit * 8 {
+            var score: Int32 = 0
+            if let hyp = ps_nbest_hyp(nbest, &score) {
+                let text = Self.clean(String(cString: hyp))
+                if !text.isEmpty, seen.insert(text).inserted { found.append((text, score)) }
+            }
+            examined += 1
+            if found.count == limit { break }
+            guard let next = ps_nbest_next(nbest) else { return Self.normalize(found, decoder) }
+            nbest = next
+        }
+        ps_nbest_free(nbest)
+        return Self.normalize(found, decoder)
+    }
+
+    private static func normalize(_ found: [(text: String, score: Int32)], _ decoder: OpaquePointer) -> [ASRAlternative] {
+        guard let best = found.map(\.score).max(), let logmath = ps_get_logmath(decoder) else { return [] }
+        let weights = found.map { logmath_exp(logmath, $0.score - best) }
+        let total = weights.reduce(0, +)
+        return zip(found, weights)
+            .map { ASRAlternative(text: $0.0.text, confidence: total > 0 ? ($0.1 / total * 1000).rounded() / 1000 : 0) }
+            .sorted { $0.confidence > $1.confidence }
+    }
+
     /// Collapses whitespace (keyword spotting separates detections with several spaces).
     static func clean(_ s: String) -> String {
         s.split(whereSeparator: \.isWhitespace).joined(separator: " ")

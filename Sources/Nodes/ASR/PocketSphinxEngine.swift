@@ -10,10 +10,12 @@ import PipelineCore
 public struct PocketSphinxEngine: ASREngine {
     let settings: PocketSphinxSettings
     let partialIntervalMs: Int64
+    let alternatives: Int
 
-    init(settings: PocketSphinxSettings, partialIntervalMs: Int64) {
+    init(settings: PocketSphinxSettings, partialIntervalMs: Int64, alternatives: Int = 0) {
         self.settings = settings
         self.partialIntervalMs = partialIntervalMs
+        self.alternatives = alternatives
     }
 
     public var segmentsUnmarkedAudio: Bool { false }
@@ -56,9 +58,13 @@ public struct PocketSphinxEngine: ASREngine {
             case .utteranceEnd:
                 guard let utterance = current else { continue }
                 current = nil
-                let text = try await worker.run { decoder.end() }
+                let limit = alternatives
+                let (text, others) = try await worker.run { () -> (String, [ASRAlternative]) in
+                    let text = decoder.end()
+                    return (text, text.isEmpty ? [] : decoder.alternatives(limit))
+                }
                 try await results.send(.final(ASRTranscript(text: text, voiceID: utterance.voiceID, seq: utterance.seq,
-                                                             startMs: utterance.startMs, endMs: endMs)))
+                                                             startMs: utterance.startMs, endMs: endMs, alternatives: others)))
                 try await results.send(.utteranceEnd(voiceID: utterance.voiceID, seq: utterance.seq))
             }
         }
@@ -83,6 +89,8 @@ public struct PocketSphinxEngine: ASREngine {
         public var kws: String?
         /// Detection threshold for ``keyphrase``; `nil` = 1e-20.
         public var kwsThreshold: Double?
+        /// N-best readings on final transcripts; `nil` = none.
+        public var alternatives: Int?
 
         /// The parameters that only `engine: pocketsphinx` uses.
         public static let parameters = [
@@ -94,6 +102,7 @@ public struct PocketSphinxEngine: ASREngine {
             ParamSpec("keyphrase", .string, doc: "pocketsphinx: spot this phrase (keyword spotting) instead of free speech"),
             ParamSpec("kws", .string, doc: "pocketsphinx: keyphrase list file, one phrase per line with an optional /threshold/"),
             ParamSpec("kws_threshold", .double, doc: "pocketsphinx: detection threshold for `keyphrase` (default 1e-20; smaller misses less)"),
+            ParamSpec("alternatives", .int(0...20), doc: "pocketsphinx: final transcripts carry up to N distinct readings (n-best) as alternatives: [{text, confidence}], best first (default 0: none)"),
         ]
 
         /// Conflicting searches and missing model files (checked without loading anything).
@@ -105,6 +114,7 @@ public struct PocketSphinxEngine: ASREngine {
         name: "pocketsphinx", summary: "embedded CMU PocketSphinx, Debian's pocketsphinx-en-us model",
         configuration: Configuration.self,
         make: { c, node, _ in
-            PocketSphinxEngine(settings: PocketSphinxSettings(configuration: c), partialIntervalMs: Int64(node.partialIntervalMs))
+            PocketSphinxEngine(settings: PocketSphinxSettings(configuration: c), partialIntervalMs: Int64(node.partialIntervalMs),
+                               alternatives: c.alternatives ?? 0)
         })
 }

@@ -172,4 +172,29 @@ struct PocketSphinxASRTests {
                 && text.contains("/nonexistent/model not found")
         }
     }
+
+    @Test("alternatives: N gives up to N distinct readings with confidences, best first")
+    func alternatives() async throws {
+        let wav = try Speech.wav(Array(Self.sentences.prefix(3)), voice: "slt")
+        let events = try await runGraph(Self.graph(wav, asr: "{ type: asr, alternatives: 4 }"))
+        let finals = events.named("transcript").filter { $0["final"]?.boolValue == true }
+        #expect(finals.count == 3)
+        var several = 0
+        for f in finals {
+            let list = try #require(f["alternatives"]?.arrayValue, "\(f)")
+            let texts = list.compactMap { $0.objectValue?["text"]?.stringValue }
+            let confidences = list.compactMap { $0.objectValue?["confidence"]?.doubleValue }
+            #expect(!texts.isEmpty && texts.count <= 4 && Set(texts).count == texts.count, "\(texts)")
+            #expect(confidences.count == texts.count && confidences.allSatisfy { (0...1).contains($0) })
+            #expect(confidences == confidences.sorted(by: >))
+            #expect(confidences.reduce(0, +) <= 1.01)
+            // The final text is among the readings.
+            #expect(texts.contains(f["text"]?.stringValue ?? "-"), "\(f)")
+            if texts.count > 1 { several += 1 }
+        }
+        #expect(several >= 1, "n-best gave one reading for every utterance")
+        // Without the parameter, no alternatives.
+        let plain = try await runGraph(Self.graph(wav))
+        #expect(plain.named("transcript").allSatisfy { $0["alternatives"] == nil })
+    }
 }

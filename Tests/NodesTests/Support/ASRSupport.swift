@@ -63,3 +63,10 @@ func readJSONLines(_ path: String) throws -> [[String: Any]] {
         try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
     }
 }
+
+extension EventValue {
+    /// The elements, if this is an array.
+    var arrayValue: [EventValue]? { if case .array(let a) = self { a } else { nil } }
+    /// The fields, if this is an object.
+    var objectValue: [String: EventValue]? { if case .object(let o) = self { o } else { nil } }
+}
