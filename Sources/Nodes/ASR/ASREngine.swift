@@ -90,15 +90,33 @@ public struct ASRTranscript: Sendable, Hashable {
     public var endMs: Int64
     /// Word timings, when the engine gives them (Tencent with `word_info`).
     public var words: [ASRWord]
+    /// Other readings of a final result, best first (PocketSphinx with `alternatives: N`).
+    public var alternatives: [ASRAlternative]
 
     /// Creates a transcript.
-    public init(text: String, voiceID: String, seq: Int, startMs: Int64, endMs: Int64, words: [ASRWord] = []) {
+    public init(text: String, voiceID: String, seq: Int, startMs: Int64, endMs: Int64, words: [ASRWord] = [],
+                alternatives: [ASRAlternative] = []) {
         self.text = text
         self.voiceID = voiceID
         self.seq = seq
         self.startMs = startMs
         self.endMs = endMs
         self.words = words
+        self.alternatives = alternatives
+    }
+}
+
+/// One reading of an utterance with the engine's confidence in it (0...1).
+public struct ASRAlternative: Sendable, Hashable {
+    /// The text.
+    public var text: String
+    /// Confidence, 0...1.
+    public var confidence: Double
+
+    /// Creates an alternative.
+    public init(text: String, confidence: Double) {
+        self.text = text
+        self.confidence = confidence
     }
 }
 
@@ -250,7 +268,22 @@ public enum ASREngines {
         [
             PocketSphinxEngine.descriptor,
             TencentASREngine.descriptor,
+            WyomingEngine.descriptor,
         ]
+    }
+
+    /// Every engine's parameters once: a name several engines use (`language`, `final_timeout_ms`)
+    /// appears once, typed as the first engine declares it, its documentation joining theirs.
+    public static var sharedParameters: [ParamSpec] {
+        var out: [ParamSpec] = []
+        for p in all.flatMap(\.parameters) {
+            if let i = out.firstIndex(where: { $0.name == p.name }) {
+                out[i].doc += "; " + p.doc
+            } else {
+                out.append(p)
+            }
+        }
+        return out
     }
 
     /// The default engine's name.

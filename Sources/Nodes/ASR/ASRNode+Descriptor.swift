@@ -26,7 +26,7 @@ extension ASRNode {
                       doc: "audio between partial hypotheses while speech goes on"),
             ParamSpec("endpoint_silence_ms", .int(100...10_000), default: 600,
                       doc: "with no vad/slicer marks upstream (and an engine that does not segment itself): silence that ends an utterance"),
-        ] + ASREngines.all.flatMap(\.parameters)
+        ] + ASREngines.sharedParameters
 
         enum CodingKeys: String, CodingKey {
             case engine, partialIntervalMs, endpointSilenceMs
