@@ -1,10 +1,12 @@
+import Foundation
 import PipelineCore
 
 /// `vad`: voice activity detection with hysteresis, marking speech in-band.
 ///
-/// Each block of audio is classified by ``SpeechDetector`` (speexdsp denoise + VAD probability,
-/// combined with energy above a tracked noise floor); ``VADStateMachine`` opens after `start_ms` of
-/// speech and closes after `stop_ms` of silence.
+/// Each block of audio is classified by ``SpeechDetector`` (`engine: speex`: speexdsp denoise + VAD
+/// probability, combined with energy above a tracked noise floor) or ``SileroDetector``
+/// (`engine: silero`: the Silero neural VAD on ONNX Runtime, 32 ms windows, `threshold`);
+/// ``VADStateMachine`` opens after `start_ms` of speech and closes after `stop_ms` of silence.
 ///
 /// In-band marks (see `FrameMarks`): `speechStart` is set on the frame that begins the utterance's
 /// audio — `pre_roll_ms` before the detected onset — and `speechEnd` on the frame during which the
@@ -29,6 +31,9 @@ public actor VADNode: Node {
     let gate: Bool
     let endOnSilenceMs: Int
     let thresholds: SpeechDetector.Thresholds
+    let engine: Engine
+    let threshold: Double
+    let model: String?
 
     private var held: [Held] = []
     private var position: Int64 = 0
@@ -47,10 +52,22 @@ public actor VADNode: Node {
         t.marginDB = c.marginDb
         t.absoluteFloorDB = c.minDb
         thresholds = t
+        engine = c.engine
+        threshold = c.threshold
+        model = c.model
     }
 
     public func run(_ context: NodeContext) async throws {
-        let detector = try SpeechDetector(blockMs: 20, thresholds: thresholds)
+        let detector: any SpeechClassifier
+        switch engine {
+        case .speex:
+            detector = try SpeechDetector(blockMs: 20, thresholds: thresholds)
+        case .silero:
+            guard let path = SileroFiles.model(model) else {
+                throw NodeError("vad_model_missing", "no silero VAD model found (looked in \(SileroFiles.modelSearch)); run scripts/install-onnx.sh or set model")
+            }
+            detector = try SileroDetector(modelPath: path, threshold: threshold)
+        }
         var machine: VADStateMachine?
         let input = context.input()
         var ending = false
@@ -135,21 +152,46 @@ public actor VADNode: Node {
         public var endOnSilenceMs: Int
         public var marginDb: Double
         public var minDb: Double
+        public var engine: Engine
+        public var threshold: Double
+        public var model: String?
         public static let parameters: [ParamSpec] = [
+            ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: "speex",
+                      doc: "speex: speexdsp's detector with a noise-floor energy test (margin_db, min_db); silero: the Silero neural VAD on ONNX Runtime (threshold, model; install with scripts/install-onnx.sh)"),
+            ParamSpec("threshold", .double(0.05...0.95), default: 0.5, doc: "silero: speech probability that opens speech (it stays open down to threshold - 0.15)"),
+            ParamSpec("model", .string, doc: "silero: the model file (default: .deps/onnx/share/silero-vad/silero_vad.onnx, or $VOICEPIPE_SILERO_MODEL)"),
             ParamSpec("start_ms", .int(10...10_000), default: 100, doc: "speech needed to open"),
             ParamSpec("stop_ms", .int(20...60_000), default: 500, doc: "silence needed to close"),
             ParamSpec("pre_roll_ms", .int(0...5_000), default: 300, doc: "audio kept before the onset (the start mark goes this far back)"),
             ParamSpec("gate", .bool, default: false, doc: "pass only speech (with pre-roll and trailing stop_ms)"),
             ParamSpec("end_on_silence_ms", .int(0...), default: 0, doc: "end the stream after this much silence following speech; 0 = never"),
-            ParamSpec("margin_db", .double(0...40), default: 6.0, doc: "energy above the noise floor needed for speech"),
-            ParamSpec("min_db", .double(-120...0), default: -55.0, doc: "blocks quieter than this (dBFS) are silence"),
+            ParamSpec("margin_db", .double(0...40), default: 6.0, doc: "speex: energy above the noise floor needed for speech"),
+            ParamSpec("min_db", .double(-120...0), default: -55.0, doc: "speex: blocks quieter than this (dBFS) are silence"),
         ]
+
+        /// A silero model given or found must exist (the library is checked when the node starts).
+        public func problems() -> [String] {
+            guard engine == .silero else { return [] }
+            if let model {
+                return FileManager.default.isReadableFile(atPath: model) ? [] : ["silero model \(model) not found or not readable"]
+            }
+            return SileroFiles.model(nil) == nil
+                ? ["engine silero: no model found (looked in \(SileroFiles.modelSearch)); run scripts/install-onnx.sh or set model"] : []
+        }
+    }
+
+    /// The classifier behind the node.
+    public enum Engine: String, Sendable, Decodable, CaseIterable {
+        /// speexdsp + energy.
+        case speex
+        /// Silero neural VAD.
+        case silero
     }
 
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "vad",
-        summary: "Voice activity detection (speexdsp denoise+VAD with a noise-floor energy test, hysteresis); marks speechStart/speechEnd in-band, emits speech_start/speech_end",
+        summary: "Voice activity detection (speexdsp with a noise-floor energy test, or the Silero neural VAD; hysteresis); marks speechStart/speechEnd in-band, emits speech_start/speech_end",
         family: "DSP",
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.audio], required: false, doc: "the audio, with speech marks (only speech with gate: true)"), .events],
@@ -157,3 +199,12 @@ public actor VADNode: Node {
         format: .passthrough,
         make: { c, _ in VADNode(configuration: c) })
 }
+
+/// A block classifier behind `vad`: feeds audio, calls back with speech or not per block.
+protocol SpeechClassifier: AnyObject {
+    func feed(_ samples: [Int16], format: AudioFormat, position: Int64,
+              decide: (_ speech: Bool, _ from: Int64, _ to: Int64) throws -> Void) throws
+}
+
+extension SpeechDetector: SpeechClassifier {}
+extension SileroDetector: SpeechClassifier {}
