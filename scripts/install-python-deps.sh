@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Python packages the tests and benchmarks use into a project-local virtual
-# environment, .deps/venv (nothing is installed system-wide): wyoming (the Wyoming test server and
-# client). Skips what is already there. Prints the environment's python on the last line.
+# environment, .deps/venv (nothing is installed system-wide): wyoming (the Wyoming test server) and
+# webrtcvad (the anchor of bench/vad-bench.py; built from source, needs gcc). Skips what is there. Prints the environment's python on the last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.deps/venv
-packages=(wyoming==1.10.2)
+packages=(wyoming==1.10.2 webrtcvad==2.0.10)
 if [ ! -x "$venv/bin/python3" ]; then
   if ! python3 -m venv "$venv" >/dev/null 2>&1; then
     # Debian's own python3 needs python3-venv for this.

@@ -11,6 +11,8 @@ extension ASRNode {
         public var partialIntervalMs: Int
         /// Silence that ends an utterance found by the node's own endpointer, in milliseconds.
         public var endpointSilenceMs: Int
+        /// Readings of each final result to report as `alternatives` (0 = none).
+        public var alternatives: Int
         /// The selected engine's configuration (of the engine's type, e.g. ``PocketSphinxEngine/Configuration``).
         public var engineConfiguration: any ASREngineConfiguration
         /// The engine-specific parameters that were given, whichever engine they belong to.
@@ -26,10 +28,12 @@ extension ASRNode {
                       doc: "audio between partial hypotheses while speech goes on"),
             ParamSpec("endpoint_silence_ms", .int(100...10_000), default: 600,
                       doc: "with no vad/slicer marks upstream (and an engine that does not segment itself): silence that ends an utterance"),
+            ParamSpec("alternatives", .int(0...20), default: 0,
+                      doc: "final transcripts carry up to N distinct readings as alternatives: [{text, confidence}], best first; confidence is each reading's share among them (pocketsphinx: its n-best list; engines that return one reading give none)"),
         ] + ASREngines.sharedParameters
 
         enum CodingKeys: String, CodingKey {
-            case engine, partialIntervalMs, endpointSilenceMs
+            case engine, partialIntervalMs, endpointSilenceMs, alternatives
         }
 
         /// Any parameter name, to see which engine-specific parameters were given.
@@ -46,6 +50,7 @@ extension ASRNode {
             engine = try c.decode(String.self, forKey: .engine)
             partialIntervalMs = try c.decode(Int.self, forKey: .partialIntervalMs)
             endpointSilenceMs = try c.decode(Int.self, forKey: .endpointSilenceMs)
+            alternatives = try c.decode(Int.self, forKey: .alternatives)
             guard let descriptor = ASREngines.descriptor(engine) else {
                 throw ConfigurationError("asr: unknown engine '\(engine)'; expected one of \(ASREngines.all.map(\.name).joined(separator: ", "))")
             }

@@ -89,8 +89,6 @@ public struct PocketSphinxEngine: ASREngine {
         public var kws: String?
         /// Detection threshold for ``keyphrase``; `nil` = 1e-20.
         public var kwsThreshold: Double?
-        /// N-best readings on final transcripts; `nil` = none.
-        public var alternatives: Int?
 
         /// The parameters that only `engine: pocketsphinx` uses.
         public static let parameters = [
@@ -102,7 +100,6 @@ public struct PocketSphinxEngine: ASREngine {
             ParamSpec("keyphrase", .string, doc: "pocketsphinx: spot this phrase (keyword spotting) instead of free speech"),
             ParamSpec("kws", .string, doc: "pocketsphinx: keyphrase list file, one phrase per line with an optional /threshold/"),
             ParamSpec("kws_threshold", .double, doc: "pocketsphinx: detection threshold for `keyphrase` (default 1e-20; smaller misses less)"),
-            ParamSpec("alternatives", .int(0...20), doc: "pocketsphinx: final transcripts carry up to N distinct readings (n-best) as alternatives: [{text, confidence}], best first (default 0: none)"),
         ]
 
         /// Conflicting searches and missing model files (checked without loading anything).
@@ -115,6 +112,6 @@ public struct PocketSphinxEngine: ASREngine {
         configuration: Configuration.self,
         make: { c, node, _ in
             PocketSphinxEngine(settings: PocketSphinxSettings(configuration: c), partialIntervalMs: Int64(node.partialIntervalMs),
-                               alternatives: c.alternatives ?? 0)
+                               alternatives: node.alternatives)
         })
 }

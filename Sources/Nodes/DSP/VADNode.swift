@@ -12,7 +12,8 @@ import PipelineCore
 /// audio — `pre_roll_ms` before the detected onset — and `speechEnd` on the frame during which the
 /// `stop_ms` of silence completed, so the marked span holds the pre-roll, the speech and its
 /// trailing silence, ready for a recognizer. To place the start mark on earlier audio, the node holds
-/// back `start_ms + pre_roll_ms` (plus one 20 ms block) of audio. Events on `events`:
+/// back `start_ms + pre_roll_ms` (plus one 20 ms block) of audio while no speech is open; once speech
+/// has started, audio passes at once, and the frame carrying the end mark leaves as soon as it is marked. Events on `events`:
 /// `speech_start` with `media_ms` of the detected onset, `speech_end` with `media_ms` of the end of
 /// the last speech block.
 ///
@@ -93,8 +94,15 @@ public actor VADNode: Node {
                 if try await perform(a, context: context) { ending = true }
             }
             if !ending {
-                let hold = Int64(startMs + preRollMs + 40) * Int64(rate) / 1000
-                try await release(upTo: position - hold, context: context)
+                // Audio is held only so that a coming start mark can go back over the pre-roll. Inside
+                // an utterance no start can come, and a start never goes before the last end mark:
+                // speech and what ends it leave at once, so a recognizer is never behind by the hold.
+                if machine?.inSpeech == true {
+                    try await release(upTo: position, context: context)
+                } else {
+                    let hold = Int64(startMs + preRollMs + 40) * Int64(rate) / 1000
+                    try await release(upTo: max(position - hold, lastEndMarked), context: context)
+                }
             }
         }
         if !ending, var m = machine {
