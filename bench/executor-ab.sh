@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Late source wake-ups and media age with the file source on the real-time executor (default) or on
-# the cooperative pool (executor: bulk, as before), same graph, same run: bench/executor-ab.sh N realtime|bulk [SECONDS]
+# the cooperative pool (executor: bulk, as before), same graph, same run:
+#   bench/executor-ab.sh N realtime|bulk [SECONDS] [--set ID.KEY=VALUE ...]   (VOICEPIPE=path picks the binary)
 # Needs the release build bench/run makes (.build-release).
 cd "$(dirname "$0")/.."
 n=$1; ex=$2; secs=${3:-20}
 mkdir -p bench/out; stats=bench/out/executor-$n-$ex.txt
-.build-release/release/voicepipe run bench/graphs/recognizer-style.yaml --instances "$n" --stats --quiet --set mic.executor=$ex 2>"$stats" &
+"${VOICEPIPE:-.build-release/release/voicepipe}" run bench/graphs/recognizer-style.yaml --instances "$n" --stats --quiet --set mic.executor=$ex "${@:4}" 2>"$stats" &
 pid=$!
 sleep 2
 t0=$(awk '{print $14+$15}' /proc/$pid/stat); w0=$(date +%s.%N)

@@ -173,6 +173,23 @@ let targets: [Target] = [
                 #"{"Type":1,"Text":"hello"}"#].map { Array($0.utf8) }
            },
            run: { bytes in _ = IVHPush.decode(String(decoding: bytes, as: UTF8.self)) }),
+    Target(name: "wyoming", text: false,
+           dictionary: ["{\"type\":", "\"data\":", "\"data_length\":", "\"payload_length\":", "\"version\":", "\n", "1e30", "-1",
+                        "99999999999", "null", "[]", "{}", "\"transcript\"", "\"audio-chunk\"", "\"text\":"],
+           seeds: {
+               [WyomingEvent(type: "transcript", data: ["text": "hello world"]).encoded(),
+                WyomingEvent(type: "audio-chunk", data: ["rate": 16000, "width": 2, "channels": 1], payload: [1, 2, 3, 4]).encoded(),
+                WyomingEvent(type: "transcript-chunk", data: ["text": "he"]).encoded() + WyomingEvent(type: "transcript-stop").encoded(),
+                Array(#"{"type":"error","data":{"text":"x","code":"y"}}"#.utf8) + [10]]
+           },
+           run: { bytes in
+               // Whole, and cut in two at a point that depends on the input (the socket splits reads anywhere).
+               var whole = WyomingDecoder()
+               _ = try? whole.push(bytes)
+               var split = WyomingDecoder()
+               let cut = bytes.isEmpty ? 0 : Int(bytes[0]) % (bytes.count + 1)
+               if (try? split.push(bytes[..<cut])) != nil { _ = try? split.push(bytes[cut...]) }
+           }),
 ]
 
 // MARK: - Mutation
