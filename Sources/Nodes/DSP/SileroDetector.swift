@@ -92,11 +92,7 @@ public final class SileroDetector {
     private var state = [Float](repeating: 0, count: 2 * 128)
     private var input = [Float](repeating: 0, count: SileroDetector.context + SileroDetector.window)
     private var inSpeech = false
-    private var converter: AudioConverter?
-    private var inputFormat: AudioFormat?
-    private var pending: [Int16] = []
-    private var analysed: Int64 = 0
-    private var inputOrigin: Int64 = 0
+    private var blocks = AnalysisBlocks(blockSamples: SileroDetector.window)
     /// The last window's speech probability.
     public private(set) var lastProbability: Float = 0
 
@@ -141,29 +137,13 @@ public final class SileroDetector {
     /// for each 32 ms window with its range in input samples.
     public func feed(_ samples: [Int16], format: AudioFormat, position: Int64,
                      decide: (_ speech: Bool, _ from: Int64, _ to: Int64) throws -> Void) throws {
-        if format != inputFormat {
-            inputFormat = format
-            let analysis = AudioFormat(sampleRate: Self.rate, channels: 1)
-            converter = format == analysis ? nil : try AudioConverter(from: format, to: analysis, quality: 3)
-            pending.removeAll(keepingCapacity: true)
-            analysed = 0
-            inputOrigin = position
-        }
-        if let converter { pending.append(contentsOf: converter.convert(samples)) } else { pending.append(contentsOf: samples) }
-        let rate = Int64(format.sampleRate)
-        var offset = 0
-        while pending.count - offset >= Self.window {
-            for i in 0..<Self.window { input[Self.context + i] = Float(pending[offset + i]) / 32768 }
-            offset += Self.window
+        try blocks.feed(samples, format: format, position: position) { analysis, from, to in
+            for i in 0..<Self.window { input[Self.context + i] = Float(analysis[analysis.startIndex + i]) / 32768 }
             let p = try probability()
             lastProbability = p
             inSpeech = inSpeech ? p >= threshold - 0.15 : p >= threshold
-            let from = inputOrigin + analysed * rate / Int64(Self.rate)
-            analysed += Int64(Self.window)
-            let to = inputOrigin + analysed * rate / Int64(Self.rate)
             try decide(inSpeech, from, to)
         }
-        if offset > 0 { pending.removeFirst(offset) }
     }
 
     /// Runs the model on `input` (context + window); keeps the state and the next context.

@@ -32,14 +32,8 @@ public final class SpeechDetector {
     let blockSamples: Int
     let thresholds: Thresholds
     private let state: OpaquePointer
-    private var converter: AudioConverter?
-    private var inputFormat: AudioFormat?
-    private var pending: [Int16] = []
+    private var blocks: AnalysisBlocks
     private var block: [Int16]
-    /// Analysis samples consumed so far (aligned to input positions by rate ratio).
-    private var analysed: Int64 = 0
-    /// Input samples (per channel) whose analysis counterpart starts at `analysed == 0`.
-    private var inputOrigin: Int64 = 0
     private var floor = NoiseFloor()
 
     /// Last block's energy (dBFS), noise floor and speexdsp probability, for diagnostics.
@@ -48,6 +42,7 @@ public final class SpeechDetector {
     /// Creates a detector with blocks of `blockMs` (10 or 20 recommended).
     public init(blockMs: Int = 20, thresholds: Thresholds = Thresholds()) throws {
         blockSamples = Self.analysisRate * blockMs / 1000
+        blocks = AnalysisBlocks(blockSamples: blockSamples)
         self.thresholds = thresholds
         block = [Int16](repeating: 0, count: blockSamples)
         guard let s = speex_preprocess_state_init(Int32(blockSamples), Int32(Self.analysisRate)) else {
@@ -67,27 +62,10 @@ public final class SpeechDetector {
     /// for each completed block with its range in input samples.
     public func feed(_ samples: [Int16], format: AudioFormat, position: Int64,
                      decide: (_ speech: Bool, _ from: Int64, _ to: Int64) throws -> Void) throws {
-        if format != inputFormat {
-            inputFormat = format
-            let analysis = AudioFormat(sampleRate: Self.analysisRate, channels: 1)
-            converter = format == analysis ? nil : try AudioConverter(from: format, to: analysis, quality: 3)
-            pending.removeAll(keepingCapacity: true)
-            analysed = 0
-            inputOrigin = position
+        try blocks.feed(samples, format: format, position: position) { analysis, from, to in
+            for i in 0..<blockSamples { block[i] = analysis[analysis.startIndex + i] }
+            try decide(classify(), from, to)
         }
-        if let converter { pending.append(contentsOf: converter.convert(samples)) } else { pending.append(contentsOf: samples) }
-        let rate = Int64(format.sampleRate)
-        var offset = 0
-        while pending.count - offset >= blockSamples {
-            for i in 0..<blockSamples { block[i] = pending[offset + i] }
-            offset += blockSamples
-            let speech = classify()
-            let from = inputOrigin + analysed * rate / Int64(Self.analysisRate)
-            analysed += Int64(blockSamples)
-            let to = inputOrigin + analysed * rate / Int64(Self.analysisRate)
-            try decide(speech, from, to)
-        }
-        if offset > 0 { pending.removeFirst(offset) }
     }
 
     private func classify() -> Bool {
@@ -102,6 +80,51 @@ public final class SpeechDetector {
         let t = thresholds
         guard db > t.absoluteFloorDB, db > noise + t.marginDB else { return false }
         return prob >= t.probability || db > noise + t.strongMarginDB
+    }
+}
+
+/// Cuts input audio into blocks of 16 kHz mono analysis audio (a converted copy when the input
+/// differs; the caller's audio is never changed) and maps each block back to its range of input
+/// samples, for the `vad` engines.
+struct AnalysisBlocks {
+    /// Analysis rate.
+    static let rate = 16000
+    /// Samples per block.
+    let blockSamples: Int
+    private var converter: AudioConverter?
+    private var inputFormat: AudioFormat?
+    private var pending: [Int16] = []
+    /// Analysis samples consumed so far (aligned to input positions by rate ratio).
+    private var analysed: Int64 = 0
+    /// Input samples (per channel) whose analysis counterpart starts at `analysed == 0`.
+    private var inputOrigin: Int64 = 0
+
+    init(blockSamples: Int) { self.blockSamples = blockSamples }
+
+    /// Feeds interleaved input audio whose first sample is input sample `position`; calls `block`
+    /// with each completed block and its range in input samples.
+    mutating func feed(_ samples: [Int16], format: AudioFormat, position: Int64,
+                       block: (_ analysis: ArraySlice<Int16>, _ from: Int64, _ to: Int64) throws -> Void) throws {
+        if format != inputFormat {
+            inputFormat = format
+            let analysis = AudioFormat(sampleRate: Self.rate, channels: 1)
+            converter = format == analysis ? nil : try AudioConverter(from: format, to: analysis, quality: 3)
+            pending.removeAll(keepingCapacity: true)
+            analysed = 0
+            inputOrigin = position
+        }
+        if let converter { pending.append(contentsOf: converter.convert(samples)) } else { pending.append(contentsOf: samples) }
+        let rate = Int64(format.sampleRate)
+        var offset = 0
+        defer { if offset > 0 { pending.removeFirst(offset) } }
+        while pending.count - offset >= blockSamples {
+            let from = inputOrigin + analysed * rate / Int64(Self.rate)
+            analysed += Int64(blockSamples)
+            let to = inputOrigin + analysed * rate / Int64(Self.rate)
+            let range = offset..<(offset + blockSamples)
+            offset += blockSamples
+            try block(pending[range], from, to)
+        }
     }
 }
 
