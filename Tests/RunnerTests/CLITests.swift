@@ -245,4 +245,30 @@ struct ReadmeTests {
         let ci = try String(contentsOf: packageRoot.appendingPathComponent(".ci/run"), encoding: .utf8)
         #expect(ci.contains("scripts/test.sh"))
     }
+
+    @Test("vad engine silero: a missing ONNX Runtime or model is named, exit 1 at start or 2 at validation")
+    func sileroFilesMissing() throws {
+        let dir = tempDir()
+        let graph = try writeGraph("""
+        version: 1
+        name: silero
+        nodes:
+          src: { type: tone-source, duration_ms: 200, realtime: false }
+          vad: { type: vad, engine: silero }
+          out: { type: null-sink }
+        links:
+          - src -> vad -> out
+        """, in: dir)
+        var env = ProcessInfo.processInfo.environment
+        env["VOICEPIPE_ONNXRUNTIME"] = "/nonexistent/libonnxruntime.so.1"
+        let run = try voicepipe(["run", graph, "--quiet"], environment: env)
+        #expect(run.status == 1)
+        #expect(run.stderr.contains("/nonexistent/libonnxruntime.so.1") && run.stderr.contains("install-onnx.sh"), "\(run.stderr)")
+        env["VOICEPIPE_SILERO_MODEL"] = "/nonexistent/silero.onnx"
+        let bad = try writeGraph(try String(contentsOfFile: graph, encoding: .utf8)
+            .replacingOccurrences(of: "engine: silero }", with: "engine: silero, model: /nonexistent/silero.onnx }"), in: dir, name: "m.yaml")
+        let check = try voicepipe(["validate", bad], environment: env)
+        #expect(check.status == 2)
+        #expect(check.stderr.contains("/nonexistent/silero.onnx"), "\(check.stderr)")
+    }
 }
