@@ -143,6 +143,27 @@ struct WyomingEngineTests {
         #expect(events.named("error").allSatisfy { $0["voice_id"]?.stringValue != nil })
     }
 
+    @Test func aServerKilledAndRestartedMidUtteranceLosesNothing() async throws {
+        // Audio paced at 1x: the server is killed 1 s in (inside the first tone) and comes back on the
+        // same port 0.6 s later; the engine reports it, reconnects and resends the utterance.
+        let first = try WyomingTestServer()
+        let port = first.port
+        let graph = Self.graph(try Self.tones(), asr: "uri: \"tcp://127.0.0.1:\(port)\"")
+            .replacingOccurrences(of: "type: file-source,", with: "type: file-source, realtime: true,")
+        let pipeline = try Pipeline(yaml: graph, registry: BuiltinNodes.registry())
+        let run = Task { try await runPipeline(pipeline) }
+        try await Task.sleep(for: .milliseconds(1000))
+        first.kill()
+        try await Task.sleep(for: .milliseconds(600))
+        let second = try WyomingTestServer(port: port)
+        defer { second.stop() }
+        let events = try await run.value
+        let codes = events.named("error").compactMap { $0["code"]?.stringValue }
+        #expect(codes.contains("wyoming_disconnected"), "\(codes)")
+        #expect(!codes.contains("wyoming_failed"))
+        #expect(events.finalTexts.map { $0.split(separator: " ").last.map(String.init) ?? "" } == ["tone=440", "tone=1000"], "\(events.finalTexts)")
+    }
+
     @Test func aRefusedConnectionIsReportedRetriedAndGivenUpWithoutStoppingThePipeline() async throws {
         let port = try RTPTest.freePort()   // nothing listens there
         let started = ContinuousClock.now
