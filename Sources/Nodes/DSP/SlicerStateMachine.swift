@@ -197,7 +197,8 @@ public struct SlicerStateMachine: Sendable {
             var room = sliceFrames - sliceFill
             if maxFlowFrames > 0 { room = min(room, maxFlowFrames - flowFrames) }
             let n = min(room * ch, samples.count - offset)
-            let piece = Slice(samples: Array(samples[offset..<(offset + n)]),
+            // A frame that fits its slice whole goes on as it is (no copy).
+            let piece = Slice(samples: n == samples.count ? samples : Array(samples[offset..<(offset + n)]),
                               pts: pts + MediaTime.nanos(samples: Int64(offset / ch), rate: format.sampleRate),
                               info: SliceInfo(voiceID: voiceID, seq: sliceIndex, isFirst: false, isLast: false),
                               marks: FrameMarks(speechStart: pendingStart, discontinuity: pendingGap))
