@@ -30,9 +30,8 @@ public enum TencentSignature {
     /// `k=v` pairs sorted by name (byte order) and joined with `&`; values (and names) are
     /// percent-encoded when `encode` is true.
     public static func canonicalQuery(_ parameters: [String: String], encode: Bool) -> String {
-        parameters.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }.map { k in
-            let v = parameters[k]!
-            return encode ? percentEncode(k) + "=" + percentEncode(v) : k + "=" + v
+        parameters.sorted { Array($0.key.utf8).lexicographicallyPrecedes(Array($1.key.utf8)) }.map { k, v in
+            encode ? percentEncode(k) + "=" + percentEncode(v) : k + "=" + v
         }.joined(separator: "&")
     }
 

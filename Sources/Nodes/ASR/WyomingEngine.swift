@@ -78,7 +78,7 @@ public struct WyomingEngine: ASREngine {
         func handleEarly(_ e: WyomingEvent, _ u: inout Utterance) async throws {
             switch e.type {
             case "transcript-chunk":
-                if let text = e.string("text"), !text.isEmpty {
+                if let text = e.decode(WyomingText.self)?.text, !text.isEmpty {
                     u.partial += text
                     try await results.send(.partial(ASRTranscript(text: u.partial.trimmingCharacters(in: .whitespaces),
                                                                   voiceID: u.voiceID, seq: u.seq, startMs: u.startMs, endMs: u.endMs)))
@@ -194,7 +194,7 @@ public struct WyomingEngine: ASREngine {
                 case .event(let e):
                     switch e.type {
                     case "transcript":
-                        let text = (e.string("text") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+                        let text = (e.decode(WyomingText.self)?.text ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
                         try await results.send(.final(ASRTranscript(text: text, voiceID: u.voiceID, seq: u.seq, startMs: u.startMs, endMs: u.endMs)))
                         return .done
                     case "error":
@@ -270,8 +270,9 @@ public struct WyomingEngine: ASREngine {
     }
 
     static func describe(error e: WyomingEvent) -> String {
-        let text = e.string("text") ?? "error"
-        return e.string("code").map { "\(text) (\($0))" } ?? text
+        let data = e.decode(WyomingText.self)
+        let text = data?.text ?? "error"
+        return data?.code.map { "\(text) (\($0))" } ?? text
     }
 
     /// The `asr` node parameters of `engine: wyoming`.

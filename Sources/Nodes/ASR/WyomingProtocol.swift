@@ -31,14 +31,11 @@ public struct WyomingEvent: Sendable, Equatable {
         self.payload = payload
     }
 
-    /// The data as a dictionary (empty when there is none).
-    public var fields: [String: Any] {
-        guard !data.isEmpty, let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return [:] }
-        return o
+    /// The data decoded once into `T` (fields absent, null or of another type decode as nil in an
+    /// all-optional `T`); nil when the data is not an object of that shape.
+    public func decode<T: Decodable>(_ type: T.Type) -> T? {
+        try? JSONDecoder().decode(T.self, from: data.isEmpty ? Data("{}".utf8) : data)
     }
-
-    /// A string field, or nil when absent, null or not a string.
-    public func string(_ key: String) -> String? { fields[key] as? String }
 
     /// The bytes of the event on the wire.
     public func encoded() -> [UInt8] {
@@ -56,6 +53,26 @@ public struct WyomingEvent: Sendable, Equatable {
     private static func quote(_ s: String) -> String {
         let d = (try? JSONSerialization.data(withJSONObject: [s])) ?? Data("[\"\"]".utf8)
         return String(decoding: d.dropFirst().dropLast(), as: UTF8.self)
+    }
+}
+
+/// The data of `transcript` and `transcript-chunk` events (and the text of `error`).
+public struct WyomingText: Decodable, Sendable, Equatable {
+    /// The text; nil when absent or not a string.
+    public var text: String?
+    /// The error code of an `error` event.
+    public var code: String?
+    /// The language, when the peer says.
+    public var language: String?
+
+    enum CodingKeys: String, CodingKey { case text, code, language }
+
+    /// Each field on its own: one of the wrong type does not lose the others.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        text = try? c.decodeIfPresent(String.self, forKey: .text)
+        code = try? c.decodeIfPresent(String.self, forKey: .code)
+        language = try? c.decodeIfPresent(String.self, forKey: .language)
     }
 }
 

@@ -64,8 +64,9 @@ enum OnnxRuntime {
                 throw NodeError("onnxruntime_missing",
                                 "the silero VAD needs ONNX Runtime, which could not be loaded from \(path) (\(why)); run scripts/install-onnx.sh, or set VOICEPIPE_ONNXRUNTIME to a libonnxruntime.so")
             }
-            state = Table(pointer: api)
-            return state!
+            let table = Table(pointer: api)
+            state = table
+            return table
         }.pointer
     }
 }

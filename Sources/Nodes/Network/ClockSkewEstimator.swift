@@ -33,7 +33,7 @@ struct ClockSkewEstimator: Sendable {
             fit()
         }
         if blockStart == nil { blockStart = arrival }
-        if blockMin == nil || transit < blockMin!.transit { blockMin = (arrival, transit) }
+        if transit < blockMin?.transit ?? .max { blockMin = (arrival, transit) }
     }
 
     private mutating func fit() {

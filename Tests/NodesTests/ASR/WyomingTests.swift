@@ -5,6 +5,8 @@ import Testing
 
 @Suite("Wyoming protocol")
 struct WyomingProtocolTests {
+    struct AudioData: Decodable { var rate: Int; var width: Int; var channels: Int }
+
     @Test func eventsSurviveAnySplitOfTheStream() throws {
         let events = [
             WyomingEvent(type: "transcribe", data: ["language": "en"]),
@@ -20,8 +22,8 @@ struct WyomingProtocolTests {
             while i < wire.count { got += try d.push(wire[i..<min(i + step, wire.count)]); i += step }
             #expect(got.map(\.type) == events.map(\.type), "step \(step)")
             #expect(got.map(\.payload) == events.map(\.payload))
-            #expect(got[0].string("language") == "en")
-            #expect(got[1].fields["rate"] as? Int == 16000)
+            #expect(got[0].decode(WyomingText.self)?.language == "en")
+            #expect(got[1].decode(AudioData.self)?.rate == 16000)
         }
     }
 
@@ -30,7 +32,11 @@ struct WyomingProtocolTests {
         let header = #"{"type":"transcript","data":{"text":"inline","language":"en"},"data_length":16}"#
         let got = try d.push(Array((header + "\n" + #"{"text":"block"}"#).utf8))
         #expect(got.count == 1)
-        #expect(got[0].string("text") == "block" && got[0].string("language") == "en")
+        #expect(got[0].decode(WyomingText.self) == (try? JSONDecoder().decode(WyomingText.self, from: Data(#"{"text":"block","language":"en"}"#.utf8))))
+        // A field of the wrong type is nil without losing the others.
+        var d2 = WyomingDecoder()
+        let odd = try d2.push(Array(#"{"type":"transcript","data":{"text":42,"language":"en"}}"#.utf8) + [10])
+        #expect(odd[0].decode(WyomingText.self)?.text == nil && odd[0].decode(WyomingText.self)?.language == "en")
         // A header with nothing else, and null fields, are fine.
         #expect(try d.push(Array(#"{"type":"transcript-stop","data":null,"payload_length":null}"#.utf8) + [10]).map(\.type) == ["transcript-stop"])
     }
