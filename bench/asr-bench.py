@@ -8,6 +8,8 @@ Needs flite and sox. Speech is made with flite at run time; nothing is downloade
 """
 import argparse, json, os, statistics, subprocess, tempfile, time
 
+from textmetrics import edit_distance, words
+
 SENTENCES = [
     "the weather is nice today",
     "please turn on the lights in the kitchen",
@@ -44,20 +46,6 @@ def speak(sentences, voice, out, tmp):
         parts.append(part)
     sh("sox", *parts, "-r", "16000", "-c", "1", "-b", "16", out)
     return spans
-
-
-def words(s):
-    return "".join(c if c.isalnum() or c == "'" else " " for c in s.lower()).split()
-
-
-def edit_distance(r, h):
-    prev = list(range(len(h) + 1))
-    for i in range(1, len(r) + 1):
-        row = [i] + [0] * len(h)
-        for j in range(1, len(h) + 1):
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (r[i - 1] != h[j - 1]))
-        prev = row
-    return prev[-1]
 
 
 def graph(path, realtime, tmp, name):

@@ -15,7 +15,9 @@ clip's last frame within 40 dB of its peak) to its final result with the audio p
 (voicepipe: file-source realtime; GStreamer: `identity sync=true`; pocketsphinx_continuous has no
 paced file mode). voicepipe runs pipelines/recognizer-file.yaml with `--set` overrides.
 """
-import argparse, array, json, math, os, re, statistics, subprocess, sys, tempfile, threading, time, wave
+import argparse, array, json, os, re, statistics, subprocess, tempfile, time, wave
+
+from textmetrics import wer, words
 
 RATE = 16000
 TESTDATA = "/usr/share/pocketsphinx/test/data"
@@ -84,21 +86,6 @@ def build(tmp, name, parts):
     path = f"{tmp}/{name}.wav"
     write(path, x)
     return path, ends
-
-
-def words(s):
-    return re.sub(r"[^a-z0-9' ]", " ", s.lower()).split()
-
-
-def wer(ref, hyp):
-    r, h = words(ref), words(hyp)
-    prev = list(range(len(h) + 1))
-    for i in range(1, len(r) + 1):
-        row = [i] + [0] * len(h)
-        for j in range(1, len(h) + 1):
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (r[i - 1] != h[j - 1]))
-        prev = row
-    return prev[-1] / len(r)
 
 
 def keywords(ref, hyp):

@@ -18,7 +18,7 @@ condition: frame-level precision, recall and F1 of speech, and the mean boundary
 detected segments against the reference segment they overlap most.
 
 Needs: flite, espeak-ng, sox, pocketsphinx-testdata, the voicepipe binary, the silero model
-(scripts/install-onnx.sh) and webrtcvad in .deps/venv (scripts/install-python-deps.sh).
+(scripts/install-onnx.sh) and webrtcvad in .deps/venv (scripts/install-python-deps.sh --bench).
 """
 import argparse, array, json, math, os, random, subprocess, sys, tempfile, time, wave
 

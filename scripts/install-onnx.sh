@@ -13,8 +13,8 @@ ort_version=1.32.0
 silero_version=6.2.3
 stamp="$prefix/.installed-onnxruntime-$ort_version-silero-$silero_version"
 if [ -f "$stamp" ]; then echo "install-onnx: present in $prefix"; exit 0; fi
-python=python3
-command -v "$python" >/dev/null || { echo "install-onnx: python3 is needed to fetch the wheels" >&2; exit 1; }
+# pip from the project's virtual environment: a Debian python3 has no pip of its own.
+python="$("$root/scripts/install-python-deps.sh" | tail -1)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 # --no-deps: the silero-vad wheel would otherwise pull in torch; only its model file is used.
 "$python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \

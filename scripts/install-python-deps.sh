@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Installs the Python packages the tests and benchmarks use into a project-local virtual
-# environment, .deps/venv (nothing is installed system-wide): wyoming (the Wyoming test server) and
-# webrtcvad (the anchor of bench/vad-bench.py; built from source, needs gcc). Skips what is there. Prints the environment's python on the last line.
+# Installs the Python packages the tests use into a project-local virtual environment, .deps/venv
+# (nothing is installed system-wide): wyoming (the Wyoming test server). With --bench also webrtcvad
+# (the anchor of bench/vad-bench.py; built from source). Skips what is already there. Prints the
+# environment's python on the last line (other scripts use its pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.deps/venv
-packages=(wyoming==1.10.2 webrtcvad==2.0.10)
-if [ ! -x "$venv/bin/python3" ]; then
+packages=(wyoming==1.10.2)
+[ "${1:-}" = "--bench" ] && packages+=(webrtcvad==2.0.10)
+sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then
+  rm -rf "$venv"
   if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-    # Debian's own python3 needs python3-venv for this.
-    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    # Debian's own python3 needs python3-venv (which brings pip into the environment) for this.
     rm -rf "$venv"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
     python3 -m venv "$venv"
   fi
 fi
@@ -22,6 +25,10 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-python-deps: installing ${missing[*]}" >&2
+  if [[ " ${missing[*]} " == *" webrtcvad"* ]] && ! python3 -c "import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')) else 1)"; then
+    # webrtcvad is compiled: it needs the interpreter's headers and a C compiler.
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-dev gcc >/dev/null
+  fi
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check "${missing[@]}" >&2
 fi
 echo "$PWD/$venv/bin/python3"

@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 # Project-local extras under .deps/: ONNX Runtime and the Silero model, the wyoming package.
-scripts/install-onnx.sh
 scripts/install-python-deps.sh >/dev/null
+scripts/install-onnx.sh
 swift build --build-tests
 # shellcheck source=scripts/pulse-env.sh
 pulse_dir="${VOICEPIPE_PULSE_DIR:-/tmp/voicepipe-pulse-$(id -u)}"

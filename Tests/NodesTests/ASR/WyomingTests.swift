@@ -185,6 +185,19 @@ struct WyomingEngineTests {
         #expect(message.contains("127.0.0.1:\(port)"), "\(message)")
     }
 
+    @Test func aServerThatNeverAnswersTimesOutPerUtterance() async throws {
+        // The server answers 3 s after the audio; the node waits at most final_timeout_ms.
+        let server = try WyomingTestServer(["--delay-ms", "3000"])
+        defer { server.stop() }
+        let started = ContinuousClock.now
+        let events = try await runGraph(Self.graph(try Self.tones(), asr: "uri: \"\(server.uri)\", final_timeout_ms: 400"))
+        let codes = events.named("error").compactMap { $0["code"]?.stringValue }
+        #expect(codes == ["final_timeout", "final_timeout"], "\(codes)")
+        #expect(events.finalTexts == ["", ""])
+        #expect(events.named("utterance_end").count == 2)
+        #expect(ContinuousClock.now - started < .seconds(4), "the node waited for the late answers")
+    }
+
     @Test func aServerErrorEndsTheUtteranceWithoutRetrying() async throws {
         let server = try WyomingTestServer(["--error-on-transcribe"])
         defer { server.stop() }
