@@ -35,10 +35,13 @@ let package = Package(
         .systemLibrary(name: "CPocketSphinx", pkgConfig: "pocketsphinx", providers: [.apt(["libpocketsphinx-dev"])]),
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
+        // FFmpeg (libavcodec, libavformat, libswresample from Debian) behind a narrow C interface: AAC, audio files.
+        .target(name: "CAVCodec", path: "Sources/CAVCodec",
+                linkerSettings: [.linkedLibrary("avformat"), .linkedLibrary("avcodec"), .linkedLibrary("swresample"), .linkedLibrary("avutil")]),
         .target(
             name: "Nodes",
             dependencies: [
-                core, "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime",
+                core, "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CAVCodec",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -111,7 +111,7 @@ public struct JitterBuffer: Sendable {
     }
 
     /// The configuration.
-    public let configuration: Configuration
+    public private(set) var configuration: Configuration
     /// Counters.
     public private(set) var statistics = Statistics()
     /// RFC 3550 interarrival jitter estimate, ns.
@@ -164,6 +164,7 @@ public struct JitterBuffer: Sendable {
     /// Inserts a packet (an encoded frame whose `pts` orders the stream) that arrived at local time `arrival` (ns).
     public mutating func insert(_ frame: Frame, arrival: Int64) -> InsertOutcome {
         let pts = frame.pts
+        adoptFrameDuration(frame.durationNanos)
         if started {
             if buffer.contains(where: { abs($0.pts - pts) < half }) || played.contains(where: { abs($0 - pts) < half }) {
                 statistics.duplicates += 1
@@ -285,6 +286,15 @@ public struct JitterBuffer: Sendable {
             transits[transitIndex] = transit
             transitIndex = (transitIndex + 1) % configuration.transitWindow
         }
+    }
+
+    /// Packets of another length than the configured `frameNanos` (AAC's 1,024 samples: 21.3 ms at
+    /// 48 kHz; Opus at 40 or 60 ms) set the concealment length and adaptation step, so gaps and
+    /// stretches keep the stream's own grid.
+    private mutating func adoptFrameDuration(_ duration: Int64) {
+        guard duration > 0, abs(duration - configuration.frameNanos) > configuration.frameNanos / 20 else { return }
+        configuration.frameNanos = duration
+        configuration.shrinkThreshold = 2 * duration
     }
 
     private mutating func restart(_ frame: Frame, arrival: Int64) {

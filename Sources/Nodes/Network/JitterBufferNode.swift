@@ -21,6 +21,7 @@ public actor JitterBufferNode: Node {
     private var startWaiter: CheckedContinuation<Void, Never>?
     private var reported = JitterBuffer.Statistics()
     private var lastFormat: AudioFormat?
+    private var lastCodec = "opus"
 
     init(configuration: JitterBuffer.Configuration, statsIntervalMs: Int) {
         buffer = JitterBuffer(configuration: configuration)
@@ -33,7 +34,7 @@ public actor JitterBufferNode: Node {
             group.addTask {
                 for await frame in context.input() {
                     guard let encoded = frame.encoded, !encoded.payload.isEmpty else { continue }
-                    await self.insert(frame, format: encoded.format, arrival: Self.nanos(pacer.elapsed))
+                    await self.insert(frame, codec: encoded.codec, format: encoded.format, arrival: Self.nanos(pacer.elapsed))
                 }
                 await self.endInput()
             }
@@ -43,8 +44,9 @@ public actor JitterBufferNode: Node {
         try await report(context)
     }
 
-    private func insert(_ frame: Frame, format: AudioFormat?, arrival: Int64) {
+    private func insert(_ frame: Frame, codec: String, format: AudioFormat?, arrival: Int64) {
         if let format { lastFormat = format }
+        lastCodec = codec
         _ = buffer.insert(frame, arrival: arrival)
         wakePlayout()
     }
@@ -81,7 +83,7 @@ public actor JitterBufferNode: Node {
                 f.marks.discontinuity = false
                 frame = f
             case .conceal(let duration, let outputPts, next: _, stretch: _):
-                frame = Frame(payload: .encoded(EncodedBuffer(codec: "opus", payload: [], durationNanos: duration, format: lastFormat)),
+                frame = Frame(payload: .encoded(EncodedBuffer(codec: lastCodec, payload: [], durationNanos: duration, format: lastFormat)),
                               pts: outputPts, marks: FrameMarks(discontinuity: true))
             }
             try await out.send(frame)
@@ -134,7 +136,7 @@ public actor JitterBufferNode: Node {
         public static let parameters = [
             ParamSpec("min_ms", .int(0...5000), default: 20, doc: "smallest target delay beyond the fastest transit"),
             ParamSpec("max_ms", .int(0...5000), default: 200, doc: "largest target delay"),
-            ParamSpec("frame_ms", .int(1...120), default: 20, doc: "packet interval for concealment and adaptation steps"),
+            ParamSpec("frame_ms", .int(1...120), default: 20, doc: "packet interval for concealment and adaptation steps until the packets show their own (AAC: 1,024 samples)"),
             ParamSpec("stats_interval_ms", .int(0...3_600_000), default: 5000, doc: "jitter_stats event period (0 = only at the end)"),
             ParamSpec("drift_compensation", .bool, default: true,
                       doc: "estimate the sender's clock drift (clock_drift_ppm in --stats and jitter_stats) and play out at its rate instead of stretching or skipping whole frames"),
@@ -157,8 +159,8 @@ public actor JitterBufferNode: Node {
     public static let descriptor = NodeDescriptor(
         type: "jitter-buffer", summary: "Reorders Opus packets from rtp-receive and plays one frame per interval, marking lost ones for concealment",
         family: "DSP",
-        inputs: [PortSpec("in", [.encoded], codecs: ["opus"], doc: "Opus packets ordered by pts (from rtp-receive)")],
-        outputs: [PortSpec("out", [.encoded], codecs: ["opus"], doc: "one packet per interval; empty payload = lost, conceal it"), .events],
+        inputs: [PortSpec("in", [.encoded], codecs: ["opus", "aac"], doc: "Opus packets or AAC access units ordered by pts (from rtp-receive)")],
+        outputs: [PortSpec("out", [.encoded], codecs: ["opus", "aac"], doc: "one packet per interval; empty payload = lost, conceal it"), .events],
         configuration: Configuration.self,
         format: .none,
         executor: .realtime,

@@ -1,16 +1,19 @@
 import COpus
 import PipelineCore
 
-/// `rtp-receive`: receives Opus over RTP/UDP (RFC 3550 / RFC 7587) on `bind:port`, IPv4 or IPv6
-/// (`bind: "::"` takes both), and delivers one encoded `opus` frame per new packet, in arrival order.
+/// `rtp-receive`: receives Opus (RFC 7587) or, with `codec: aac`, AAC (RFC 3640 `mpeg4-generic`, AAC-hbr)
+/// over RTP/UDP (RFC 3550) on `bind:port`, IPv4 or IPv6 (`bind: "::"` takes both), and delivers one encoded
+/// frame per new packet (per access unit for AAC), in arrival order.
 ///
 /// Frame contract (what `jitter-buffer` relies on):
 /// - `pts` is the packet's RTP timestamp, extended past 32-bit wrap-around, relative to the first
-///   packet of the stream and converted from the 48 kHz RTP clock to nanoseconds. Packets are told
+///   packet of the stream and converted from the RTP clock (48 kHz for Opus, `rate` for AAC) to nanoseconds. Packets are told
 ///   apart and ordered by `pts` (the runtime re-stamps `Frame.seq`, so the RTP sequence number is not
 ///   carried); a DTX pause shows as a jump in `pts`.
-/// - `durationNanos` is the packet's duration read from its Opus TOC; `format` is 48 kHz with the
-///   packet's channel count.
+/// - Opus: `durationNanos` is the packet's duration read from its Opus TOC; `format` is 48 kHz with the
+///   packet's channel count. AAC: each access unit is 1,024 samples at `rate` (unit `i` of a packet
+///   starts 1,024 × i after the packet's timestamp); `format` is `rate`/`channels`; fragmented units are
+///   reassembled, and a fragment whose end was lost is dropped (`invalid`).
 /// - Copies of a packet already received, packets of other sources and packets with another payload
 ///   type are dropped here and counted.
 ///
@@ -29,6 +32,9 @@ public actor RTPReceiveNode: Node {
     private let configuredSSRC: UInt32?
     private let sourceTimeoutNanos: Int64
     private let statsIntervalNanos: Int64
+    private let aac: AudioFormat?
+    private let clock: Int64
+    private var depacketizer = RTPMPEG4Payload.Depacketizer()
 
     private struct Source {
         var ssrc: UInt32
@@ -49,6 +55,8 @@ public actor RTPReceiveNode: Node {
         configuredSSRC = c.ssrc.map { UInt32(truncatingIfNeeded: $0) }
         sourceTimeoutNanos = Int64(c.sourceTimeoutMs) * 1_000_000
         statsIntervalNanos = Int64(c.statsIntervalMs) * 1_000_000
+        aac = c.codec == .aac ? AudioFormat(sampleRate: c.rate, channels: c.channels) : nil
+        clock = Int64(aac?.sampleRate ?? 48_000)
     }
 
     public func run(_ context: NodeContext) async throws {
@@ -70,8 +78,8 @@ public actor RTPReceiveNode: Node {
             while !Task.isCancelled {
                 let datagram = try await worker.run { try socket.receive(timeoutMs: 50) }
                 let now = Self.nanos(pacer.elapsed)
-                if let datagram, let frame = accept(datagram.bytes, arrival: now, context: context) {
-                    try await context.send(frame)
+                if let datagram {
+                    for frame in accept(datagram.bytes, arrival: now, context: context) { try await context.send(frame) }
                 }
                 if statsIntervalNanos > 0, now >= nextReport {
                     nextReport = now + statsIntervalNanos
@@ -88,24 +96,24 @@ public actor RTPReceiveNode: Node {
         try? await report(context)
     }
 
-    /// Parses and classifies one datagram; returns the frame to deliver, if any.
-    private func accept(_ bytes: [UInt8], arrival: Int64, context: NodeContext) -> Frame? {
+    /// Parses and classifies one datagram; returns the frames to deliver.
+    private func accept(_ bytes: [UInt8], arrival: Int64, context: NodeContext) -> [Frame] {
         guard let packet = try? RTPPacket(parsing: bytes) else {
             context.count("invalid")
-            return nil
+            return []
         }
         guard packet.payloadType == payloadType else {
             context.count("wrong_payload_type")
-            return nil
+            return []
         }
         if let configuredSSRC, packet.ssrc != configuredSSRC {
             context.count("foreign_ssrc")
-            return nil
+            return []
         }
         if var current = source, current.ssrc != packet.ssrc {
             guard arrival - current.lastArrival >= sourceTimeoutNanos else {
                 context.count("foreign_ssrc")
-                return nil
+                return []
             }
             flushCounters(&current, context: context)
             context.logger.info("source \(current.ssrc) timed out; now receiving \(packet.ssrc)")
@@ -116,15 +124,15 @@ public actor RTPReceiveNode: Node {
         } else if source == nil {
             source = Source(ssrc: packet.ssrc)
         }
-        guard var s = source else { return nil }
+        guard var s = source else { return [] }
         defer { source = s }
-        let arrival48k = arrival / 1_000_000_000 * 48_000 + (arrival % 1_000_000_000) * 48_000 / 1_000_000_000
-        switch s.stats.record(sequenceNumber: packet.sequenceNumber, timestamp: packet.timestamp, arrival: arrival48k) {
+        let arrivalTicks = arrival / 1_000_000_000 * clock + (arrival % 1_000_000_000) * clock / 1_000_000_000
+        switch s.stats.record(sequenceNumber: packet.sequenceNumber, timestamp: packet.timestamp, arrival: arrivalTicks) {
         case .duplicate:
-            return nil
+            return []
         case .outOfRange:
             context.count("out_of_range")
-            return nil
+            return []
         case .inOrder, .reordered:
             break
         }
@@ -140,20 +148,37 @@ public actor RTPReceiveNode: Node {
         if s.lastExtendedTimestamp.map({ extended > $0 }) ?? true { s.lastExtendedTimestamp = extended }
         guard !packet.payload.isEmpty else {
             context.count("invalid")
-            return nil
+            return []
+        }
+        let start = s.ptsBase + MediaTime.nanos(samples: extended - s.firstTimestamp, rate: Int(clock))
+        if let aac {
+            let units: [[UInt8]]
+            do {
+                units = try depacketizer.units(in: packet.payload, marker: packet.marker, timestamp: packet.timestamp)
+            } catch {
+                context.count("invalid")
+                return []
+            }
+            let duration = MediaTime.nanos(samples: Int64(AACRates.frameSamples), rate: aac.sampleRate)
+            var frames: [Frame] = []
+            for (i, unit) in units.enumerated() {
+                let pts = start + MediaTime.nanos(samples: Int64(i * AACRates.frameSamples), rate: aac.sampleRate)
+                s.lastEnd = max(s.lastEnd, pts + duration)
+                frames.append(Frame(payload: .encoded(EncodedBuffer(codec: "aac", payload: unit, durationNanos: duration, format: aac)), pts: pts))
+            }
+            return frames
         }
         let samples = packet.payload.withUnsafeBufferPointer { opus_packet_get_nb_samples($0.baseAddress!, Int32($0.count), 48_000) }
         let channels = packet.payload.withUnsafeBufferPointer { opus_packet_get_nb_channels($0.baseAddress!) }
         guard samples > 0, channels > 0 else {
             context.count("invalid")
-            return nil
+            return []
         }
         let duration = MediaTime.nanos(samples: Int64(samples), rate: 48_000)
-        let pts = s.ptsBase + MediaTime.nanos(samples: extended - s.firstTimestamp, rate: 48_000)
-        s.lastEnd = max(s.lastEnd, pts + duration)
-        return Frame(payload: .encoded(EncodedBuffer(codec: "opus", payload: packet.payload, durationNanos: duration,
-                                                     format: AudioFormat(sampleRate: 48_000, channels: Int(channels)))),
-                     pts: pts)
+        s.lastEnd = max(s.lastEnd, start + duration)
+        return [Frame(payload: .encoded(EncodedBuffer(codec: "opus", payload: packet.payload, durationNanos: duration,
+                                                      format: AudioFormat(sampleRate: 48_000, channels: Int(channels)))),
+                      pts: start)]
     }
 
     private func flushCounters(_ s: inout Source, context: NodeContext) {
@@ -178,12 +203,17 @@ public actor RTPReceiveNode: Node {
         try await context.emit("rtp_stats", [
             ("ssrc", .int(Int64(s.ssrc))), ("received", .int(st.received)), ("expected", .int(st.expected)),
             ("lost", .int(st.lost)), ("duplicated", .int(st.duplicated)), ("reordered", .int(st.reordered)),
-            ("jitter_ms", .double((st.jitter / 4.8).rounded() / 10)),
+            ("jitter_ms", .double((st.jitter / (Double(clock) / 10_000)).rounded() / 10)),
         ])
     }
 
     private static func nanos(_ d: Duration) -> Int64 {
         d.components.seconds * 1_000_000_000 + d.components.attoseconds / 1_000_000_000
+    }
+
+    /// Payload formats `rtp-receive` takes.
+    public enum Codec: String, Sendable, Decodable, CaseIterable {
+        case opus, aac
     }
 
     /// Configuration of `rtp-receive`.
@@ -200,6 +230,12 @@ public actor RTPReceiveNode: Node {
         public var sourceTimeoutMs: Int
         /// `rtp_stats` event period (0 = only at the end).
         public var statsIntervalMs: Int
+        /// Payload format.
+        public var codec: Codec
+        /// AAC sampling rate = RTP clock.
+        public var rate: Int
+        /// AAC channels.
+        public var channels: Int
         /// The parameters of `rtp-receive`.
         public static let parameters = [
             ParamSpec("port", .int(0...65535), default: 5004, doc: "local UDP port (0 = any free one, see the rtp_listening event)"),
@@ -208,14 +244,20 @@ public actor RTPReceiveNode: Node {
             ParamSpec("ssrc", .int(0...4_294_967_295), doc: "accept only this source (default: the first heard)"),
             ParamSpec("source_timeout_ms", .int(0...3_600_000), default: 2000, doc: "silence after which another source is taken (without ssrc)"),
             ParamSpec("stats_interval_ms", .int(0...3_600_000), default: 5000, doc: "rtp_stats event period (0 = only at the end)"),
+            ParamSpec("codec", .choice(Codec.allCases.map(\.rawValue)), default: "opus", doc: "payload format: opus (RFC 7587) or aac (RFC 3640 mpeg4-generic, AAC-hbr)"),
+            ParamSpec("rate", .int(8000...96000), default: 48000, doc: "aac: the stream's sampling rate (= RTP clock); opus always uses 48000"),
+            ParamSpec("channels", .int(1...2), default: 1, doc: "aac: the stream's channel count"),
         ]
+        public func problems() -> [String] {
+            codec == .aac && !AACRates.supported.contains(rate) ? ["rate must be 16000, 22050, 24000, 32000, 44100 or 48000 for aac, got \(rate)"] : []
+        }
     }
 
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
-        type: "rtp-receive", summary: "Receives Opus over RTP/UDP (RFC 3550 / RFC 7587), IPv4 or IPv6; feed it to jitter-buffer",
+        type: "rtp-receive", summary: "Receives Opus (RFC 7587) or AAC (RFC 3640) over RTP/UDP (RFC 3550), IPv4 or IPv6; feed it to jitter-buffer",
         family: "sources", inputs: [],
-        outputs: [PortSpec("out", [.encoded], codecs: ["opus"], doc: "Opus packets in arrival order, pts = RTP timestamp in ns"), .events],
+        outputs: [PortSpec("out", [.encoded], codecs: ["opus", "aac"], doc: "Opus packets or AAC access units in arrival order, pts = RTP timestamp in ns"), .events],
         configuration: Configuration.self,
         format: .none,
         defaultOverflow: .dropOldest,

@@ -1,14 +1,15 @@
 import PipelineCore
 
-/// `rtp-send`: sends Opus packets as RTP over UDP (RFC 3550, payload format RFC 7587) to `host:port`,
-/// IPv4 or IPv6.
+/// `rtp-send`: sends Opus or AAC packets as RTP over UDP (RFC 3550) to `host:port`, IPv4 or IPv6. The
+/// payload format follows the codec of the input: Opus per RFC 7587, AAC per RFC 3640 (`mpeg4-generic`,
+/// AAC-hbr, see ``RTPMPEG4Payload``).
 ///
-/// - The RTP clock is 48 kHz whatever the encoder's input rate: the timestamp is the frame's `pts`
-///   converted to 48 kHz units, offset by a random initial value.
+/// - The RTP clock is 48 kHz for Opus whatever the encoder's input rate, and the sampling rate for AAC:
+///   the timestamp is the frame's `pts` converted to clock units, offset by a random initial value.
 /// - SSRC (unless `ssrc` is given) and the initial sequence number are random.
-/// - The marker bit is set on the first packet and on the first packet after a gap: DTX packets
+/// - Opus: the marker bit is set on the first packet and on the first packet after a gap: DTX packets
 ///   (1–2 bytes, which carry no audio) are not sent, and a jump in `pts` beyond the frame's duration
-///   counts as a gap too.
+///   counts as a gap too. AAC: the marker bit is set on every packet that ends an access unit (RFC 3640).
 /// - Sending never blocks: a datagram the system cannot queue is dropped and counted (`send_dropped`);
 ///   other send errors (no route, refused) are counted as `send_errors` and reported once as an
 ///   `error` event, and the call goes on.
@@ -49,33 +50,65 @@ public actor RTPSendNode: Node {
         var nextPts: Int64?
         var marker = true
         var errorsReported = false
+        var aac = false
         for await frame in context.input() {
             guard let encoded = frame.encoded else { continue }
+            switch encoded.codec {
+            case "opus": aac = false
+            case "aac": aac = true
+            default:
+                context.count("wrong_codec")
+                if !errorsReported {
+                    errorsReported = true
+                    try await context.emitError(code: "wrong_codec", message: "rtp-send carries opus or aac, got \(encoded.codec); skipped")
+                }
+                continue
+            }
             if let expected = nextPts, frame.pts > expected + encoded.durationNanos / 2 { marker = true }
             nextPts = frame.pts + encoded.durationNanos
-            if encoded.payload.count <= 2 {
+            if !aac && encoded.payload.count <= 2 {
                 // Empty (lost-frame marker) or DTX: nothing worth sending; the next packet starts a talkspurt.
                 marker = true
                 context.count("dtx_skipped")
                 continue
             }
-            let ts48k = frame.pts / 1_000_000_000 * 48_000 + (frame.pts % 1_000_000_000) * 48_000 / 1_000_000_000
-            let packet = RTPPacket(marker: marker, payloadType: payloadType, sequenceNumber: sequence,
-                                   timestamp: timestampBase &+ UInt32(truncatingIfNeeded: ts48k), ssrc: ssrc,
-                                   payload: encoded.payload)
-            sequence &+= 1
-            marker = false
-            let err = socket.send(packet.serialized(), to: address)
-            if err == 0 {
-                context.count("packets_sent")
-            } else if err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS {
-                context.count("send_dropped")
-            } else {
-                context.count("send_errors")
-                if !errorsReported {
-                    errorsReported = true
-                    try await context.emitError(code: "send_failed", message: "rtp-send to \(address): \(String(cString: strerror(err)))")
+            if encoded.payload.isEmpty { continue }
+            let clock = aac ? Int64(encoded.format?.sampleRate ?? 48_000) : 48_000
+            // Nearest tick: pts in whole nanoseconds is a truncated 1,024/44,100 s grid.
+            let ticks = frame.pts / 1_000_000_000 * clock + ((frame.pts % 1_000_000_000) * clock + 500_000_000) / 1_000_000_000
+            let timestamp = timestampBase &+ UInt32(truncatingIfNeeded: ticks)
+            let payloads: [(payload: [UInt8], marker: Bool)]
+            if aac {
+                guard encoded.payload.count <= RTPMPEG4Payload.maxUnit else {
+                    context.count("oversized")
+                    continue
                 }
+                payloads = RTPMPEG4Payload.packetize(encoded.payload)
+            } else {
+                payloads = [(encoded.payload, marker)]
+            }
+            marker = false
+            for p in payloads {
+                let packet = RTPPacket(marker: p.marker, payloadType: payloadType, sequenceNumber: sequence,
+                                       timestamp: timestamp, ssrc: ssrc, payload: p.payload)
+                sequence &+= 1
+                try await send(packet, socket: socket, to: address, context: context, errorsReported: &errorsReported)
+            }
+        }
+    }
+
+    private func send(_ packet: RTPPacket, socket: UDPSocket, to address: UDPAddress, context: NodeContext,
+                      errorsReported: inout Bool) async throws {
+        let err = socket.send(packet.serialized(), to: address)
+        if err == 0 {
+            context.count("packets_sent")
+        } else if err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS {
+            context.count("send_dropped")
+        } else {
+            context.count("send_errors")
+            if !errorsReported {
+                errorsReported = true
+                try await context.emitError(code: "send_failed", message: "rtp-send to \(address): \(String(cString: strerror(err)))")
             }
         }
     }
@@ -101,9 +134,9 @@ public actor RTPSendNode: Node {
 
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
-        type: "rtp-send", summary: "Sends Opus packets as RTP over UDP (RFC 3550 / RFC 7587), IPv4 or IPv6",
+        type: "rtp-send", summary: "Sends Opus (RFC 7587) or AAC (RFC 3640) packets as RTP over UDP (RFC 3550), IPv4 or IPv6",
         family: "sinks",
-        inputs: [PortSpec("in", [.encoded], codecs: ["opus"], doc: "Opus packets (from opus-encode)")],
+        inputs: [PortSpec("in", [.encoded], codecs: ["opus", "aac"], doc: "Opus or AAC packets (from opus-encode or aac-encode)")],
         outputs: [],
         configuration: Configuration.self,
         format: .none,

@@ -1,7 +1,8 @@
 import Foundation
 import PipelineCore
 
-/// `file-source`: reads a WAV (PCM 8/16/24/32-bit integer, 32/64-bit float) or raw PCM file and
+/// `file-source`: reads a WAV (PCM 8/16/24/32-bit integer, 32/64-bit float), a compressed audio file
+/// (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC and whatever else FFmpeg decodes) or raw PCM and
 /// delivers s16 frames of `frame_ms`, converted to `rate`/`channels` when given; `realtime: true`
 /// paces at 1x on the injected clock, `loop: true` starts over at the end.
 public actor FileSourceNode: Node {
@@ -51,6 +52,10 @@ public actor FileSourceNode: Node {
             }
             guard !loop else { throw NodeError("not_a_regular_file", "\(path): a pipe or device cannot be looped; remove `loop: true`") }
             try await streamRaw(context, format: raw.format, encoding: raw.encoding)
+            return
+        }
+        if raw == nil, !Self.looksLikeWAV(path) {
+            try await readCompressed(context)
             return
         }
         let header: WAVHeader
@@ -107,6 +112,55 @@ public actor FileSourceNode: Node {
     }
 
     private var sampleIndex: Int64 = 0
+
+    /// A RIFF/RF64 header, or too short to be anything else: the WAV reader (and its messages) takes it.
+    private static func looksLikeWAV(_ path: String) -> Bool {
+        guard let h = FileHandle(forReadingAtPath: path) else { return true }
+        defer { try? h.close() }
+        guard let head = try? h.read(upToCount: 12), head.count == 12 else { return true }
+        return head.prefix(4) == Data("RIFF".utf8) || head.prefix(4) == Data("RF64".utf8)
+    }
+
+    /// A compressed file, decoded by FFmpeg as it is read.
+    private func readCompressed(_ context: NodeContext) async throws {
+        let file = try CompressedAudioFile(path: path)
+        context.logger.info("\(path): \(file.description), \(file.format)")
+        let outFormat = AudioFormat(sampleRate: target.rate ?? file.format.sampleRate, channels: target.channels ?? file.format.channels)
+        let converter = try AudioConverter(from: file.format, to: outFormat, quality: 5)
+        let out = context.output()
+        let outFrame = outFormat.frames(ms: frameMs) * outFormat.channels
+        let chunk = max(1, file.format.frames(ms: frameMs))
+        let pacer = context.makePacer()
+        var pending: [Int16] = []
+        var announced = false
+        repeat {
+            var decodedFrames = 0
+            while true {
+                try Task.checkCancellation()
+                let decoded = try file.read(frames: chunk)
+                if decoded.isEmpty { break }
+                if !announced {
+                    announced = true
+                    try await announce(context, format: outFormat)
+                }
+                decodedFrames += decoded.count / file.format.channels
+                pending += converter.convert(decoded)
+                try await emitWhole(&pending, frame: outFrame, context: context, out: out, pacer: pacer, format: outFormat)
+                let position = Double(decodedFrames) / Double(file.format.sampleRate)
+                context.reportProgress(position: position, total: file.duration ?? position)
+            }
+            if decodedFrames == 0 {
+                if loop { throw NodeError("no_samples", "\(path): the file holds no audio samples, so there is nothing to loop") }
+                context.logger.warning("\(path): the file holds no audio samples; the source ends at once")
+                context.count("empty_input")
+                return
+            }
+            if loop && !Task.isCancelled { try file.rewind() }
+        } while loop && !Task.isCancelled
+        pending += converter.flush()
+        try await emitWhole(&pending, frame: outFrame, context: context, out: out, pacer: pacer, format: outFormat)
+        if !pending.isEmpty { try await emit(context: context, out: out, pacer: pacer, format: outFormat, pending) }
+    }
 
     /// Emits every whole frame in `pending`, keeping the remainder (one copy, not one per frame).
     private func emitWhole(_ pending: inout [Int16], frame: Int, context: NodeContext, out: OutputPort, pacer: Pacer, format: AudioFormat) async throws {
@@ -194,7 +248,7 @@ public actor FileSourceNode: Node {
         public var device: String?
         public var latencyMs: Int?
         public static let parameters: [ParamSpec] = [
-            ParamSpec("path", .string, required: true, doc: "WAV file (PCM 8/16/24/32-bit int, 32/64-bit float) or raw PCM with `raw`"),
+            ParamSpec("path", .string, required: true, doc: "WAV file (PCM 8/16/24/32-bit int, 32/64-bit float), compressed audio (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC; FFmpeg) or raw PCM with `raw`"),
             ParamSpec("realtime", .bool, default: false, doc: "pace frames at 1x real time instead of as fast as possible"),
             ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "frame length in milliseconds"),
             ParamSpec("loop", .bool, default: false, doc: "start over at the end of the file"),
@@ -246,7 +300,7 @@ public actor FileSourceNode: Node {
 
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
-        type: "file-source", summary: "Reads a WAV or raw PCM file as s16 audio frames",
+        type: "file-source", summary: "Reads a WAV, compressed (M4A/AAC, MP3, Ogg, FLAC) or raw PCM file as s16 audio frames",
         family: "sources", inputs: [], outputs: [PortSpec("out", [.audio]), .events],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.outputFormat }),

@@ -100,8 +100,11 @@ public enum GraphLoader {
                 if let ms = v.int, (1...600_000).contains(ms) { spec.latencyBudgetMs = ms } else {
                     spec.issues.append(GraphIssue(.structure, at: loc(v, file), "latency_budget_ms: expected an integer in 1...600000 (milliseconds), got '\(v.string ?? "?")'"))
                 }
+            case let key where key.hasPrefix("x-"):
+                // Extension keys hold shared settings for YAML anchors (`*name` elsewhere); not read otherwise.
+                break
             default:
-                spec.issues.append(GraphIssue(.structure, at: loc(k, file), "unknown top-level key '\(k.string ?? "?")'; expected version, name, plugins, latency_budget_ms, nodes, links"))
+                spec.issues.append(GraphIssue(.structure, at: loc(k, file), "unknown top-level key '\(k.string ?? "?")'; expected version, name, plugins, latency_budget_ms, nodes, links (or x-… for anchors)"))
             }
         }
         if top["nodes"] == nil {

@@ -11,19 +11,21 @@ private let binary = packageRoot.appendingPathComponent(".build/debug/voicepipe"
 /// standing in for microphone and speaker; each must hear what the other said.
 @Suite("Intercom", .enabled(if: FileManager.default.isExecutableFile(atPath: binary)))
 struct IntercomTests {
-    @Test func twoProcessesHearEachOther() async throws {
+    @Test("two processes hear each other", arguments: ["opus", "aac"])
+    func twoProcessesHearEachOther(codec: String) async throws {
         let graph = packageRoot.appendingPathComponent("pipelines/intercom.yaml").path
         let saysA = RTPTest.chirp(seconds: 3, from: 200, to: 1800)
         let saysB = RTPTest.chirp(seconds: 3, from: 1700, to: 250)
-        let inA = try RTPTest.wav(saysA, name: "a.wav"), inB = try RTPTest.wav(saysB, name: "b.wav")
-        let hearsA = temporaryPath("a-hears.wav"), hearsB = temporaryPath("b-hears.wav")
+        let inA = try RTPTest.wav(saysA, name: "a-\(codec).wav"), inB = try RTPTest.wav(saysB, name: "b-\(codec).wav")
+        let hearsA = temporaryPath("a-hears-\(codec).wav"), hearsB = temporaryPath("b-hears-\(codec).wav")
         let portA = try RTPTest.freePort(), portB = try RTPTest.freePort()
         func start(local: Int, peer: Int, input: String, output: String) throws -> RTPTestProcess {
             try RTPTestProcess.start(binary, [
                 "run", graph, "--quiet",
                 "--set", "mic.type=file-source", "--set", "mic.path=\(input)", "--set", "mic.realtime=true",
                 "--set", "spk.type=wav-sink", "--set", "spk.path=\(output)",
-            ], environment: ["LOCAL_PORT": "\(local)", "PEER_PORT": "\(peer)", "PEER": "127.0.0.1", "BIND": "127.0.0.1"])
+            ], environment: ["LOCAL_PORT": "\(local)", "PEER_PORT": "\(peer)", "PEER": "127.0.0.1", "BIND": "127.0.0.1",
+                                          "CODEC": codec])
         }
         let a = try start(local: portA, peer: portB, input: inA, output: hearsA)
         let b = try start(local: portB, peer: portA, input: inB, output: hearsB)

@@ -223,3 +223,38 @@ struct JitterBufferTests {
         #expect(jb.statistics.stretched + jb.statistics.skipped <= 1)
     }
 }
+
+@Suite("JitterBuffer with AAC frames")
+struct JitterBufferAACTests {
+    @Test("1,024-sample packets (21.33 ms at 48 kHz): a lost one is concealed for its own length, the output grid stays whole")
+    func aacFrames() throws {
+        var jb = JitterBuffer(configuration: try .init(minMs: 20, maxMs: 200, frameMs: 20))
+        let d = MediaTime.nanos(samples: 1024, rate: 48000)
+        var outputs: [(pts: Int64, duration: Int64, lost: Bool)] = []
+        for k in 0..<200 where k != 50 {
+            let pts = MediaTime.nanos(samples: Int64(k) * 1024, rate: 48000)
+            let f = Frame(payload: .encoded(EncodedBuffer(codec: "aac", payload: [1, 2, 3], durationNanos: d)), pts: pts)
+            let arrival = pts + 3_000_000
+            while let due = jb.nextTickTime, due < arrival {
+                switch jb.tick() {
+                case .play(let frame, let out): outputs.append((out, frame.durationNanos, false))
+                case .conceal(let duration, let out, _, _): outputs.append((out, duration, true))
+                }
+            }
+            _ = jb.insert(f, arrival: arrival)
+        }
+        while !jb.isEmpty, jb.nextTickTime != nil {
+            switch jb.tick() {
+            case .play(let frame, let out): outputs.append((out, frame.durationNanos, false))
+            case .conceal(let duration, let out, _, _): outputs.append((out, duration, true))
+            }
+        }
+        #expect(jb.configuration.frameNanos == d)
+        let lost = outputs.filter(\.lost)
+        #expect(lost.count == 1)
+        #expect(lost.first?.duration == d)
+        #expect(outputs.count == 200)
+        for (a, b) in zip(outputs, outputs.dropFirst()) { #expect(b.pts == a.pts + a.duration) }
+        #expect(jb.statistics.stretched == 0 && jb.statistics.skipped == 0)
+    }
+}

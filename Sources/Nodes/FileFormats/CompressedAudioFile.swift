@@ -1,0 +1,45 @@
+import CAVCodec
+import PipelineCore
+
+/// A compressed audio file (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC, ... — whatever FFmpeg's libavformat
+/// opens) decoded to interleaved s16 at the file's own rate and channel count.
+/// Used by one node at a time (not thread-safe); never shared.
+final class CompressedAudioFile: @unchecked Sendable {
+    let path: String
+    let format: AudioFormat
+    /// Seconds, when the container states it.
+    let duration: Double?
+    /// Codec and container, for messages ("aac in mov,mp4,m4a,3gp,3g2,mj2").
+    let description: String
+    private let reader: OpaquePointer
+    private var error = [CChar](repeating: 0, count: 256)
+
+    init(path: String) throws {
+        var message = [CChar](repeating: 0, count: 256)
+        guard let r = vp_media_open(path, &message, message.count) else {
+            throw NodeError("unsupported_audio", "\(path): not a WAV file, and not audio FFmpeg can decode (\(avMessage(message)))")
+        }
+        self.path = path
+        reader = r
+        format = AudioFormat(sampleRate: Int(vp_media_rate(r)), channels: Int(vp_media_channels(r)))
+        let d = vp_media_duration(r)
+        duration = d > 0 ? d : nil
+        description = "\(String(cString: vp_media_codec(r))) in \(String(cString: vp_media_container(r)))"
+    }
+
+    deinit { vp_media_close(reader) }
+
+    /// Up to `frames` samples per channel; empty at the end of the file.
+    func read(frames: Int) throws -> [Int16] {
+        var out = [Int16](repeating: 0, count: max(1, frames) * format.channels)
+        let n = out.withUnsafeMutableBufferPointer { vp_media_read(reader, $0.baseAddress!, Int32($0.count), &error, error.count) }
+        guard n >= 0 else { throw NodeError("decode_failed", "\(path): \(avMessage(error))") }
+        out.removeLast(out.count - Int(n) * format.channels)
+        return out
+    }
+
+    /// Back to the first sample.
+    func rewind() throws {
+        guard vp_media_rewind(reader, &error, error.count) == 0 else { throw NodeError("decode_failed", "\(path): \(avMessage(error))") }
+    }
+}
