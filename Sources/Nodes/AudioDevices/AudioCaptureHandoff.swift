@@ -15,10 +15,21 @@ final class AudioCaptureHandoff: Sendable {
         case ended
         /// The device failed.
         case failed(any Error)
+        /// The device went away (`on_device_lost` is not `fail`); the thread is trying to reopen.
+        case lost(String)
+        /// A device is open again (`device`, in `format`).
+        case restored(device: String, format: AudioFormat)
+    }
+
+    /// A queued item: audio, or news about the device in its place in the stream.
+    private enum Entry {
+        case chunk(CaptureChunk)
+        case note(Delivery)
+        var frames: Int { if case .chunk(let c) = self { c.samples.count } else { 0 } }
     }
 
     private struct State {
-        var chunks: [CaptureChunk] = []
+        var chunks: [Entry] = []
         var head = 0
         var droppedFrames = 0
         var end: Delivery?
@@ -49,14 +60,31 @@ final class AudioCaptureHandoff: Sendable {
                 return (w, d)
             }
             if s.chunks.count - s.head >= capacity {
-                s.droppedFrames += s.chunks[s.head].samples.count / channels
-                s.head += 1
+                // Drop the oldest audio; device news is never dropped.
+                if let i = s.chunks[s.head...].firstIndex(where: { $0.frames > 0 }) {
+                    s.droppedFrames += s.chunks[i].frames / channels
+                    if i == s.head { s.head += 1 } else { s.chunks.remove(at: i) }
+                }
             }
-            s.chunks.append(chunk)
+            s.chunks.append(.chunk(chunk))
             if s.head > 64 && s.head * 2 > s.chunks.count { s.chunks.removeFirst(s.head); s.head = 0 }
             return nil
         }
         if let (w, d) = delivered { w.resume(returning: d) }
+    }
+
+    /// Device thread: news about the device, delivered in order with the audio.
+    func notify(_ news: Delivery) {
+        let w = state.withLock { s -> CheckedContinuation<Delivery?, Never>? in
+            if s.stopped { return nil }
+            if let w = s.waiter {
+                s.waiter = nil
+                return w
+            }
+            s.chunks.append(.note(news))
+            return nil
+        }
+        w?.resume(returning: news)
     }
 
     /// Device thread: no more chunks will come.
@@ -76,10 +104,16 @@ final class AudioCaptureHandoff: Sendable {
                 let now: Delivery?? = state.withLock { s in
                     if s.stopped || Task.isCancelled { return .some(nil) }
                     if s.head < s.chunks.count {
-                        let d = Delivery.chunk(s.chunks[s.head], droppedFrames: s.droppedFrames)
-                        s.droppedFrames = 0
+                        let entry = s.chunks[s.head]
                         s.head += 1
-                        return .some(d)
+                        switch entry {
+                        case .chunk(let c):
+                            let d = Delivery.chunk(c, droppedFrames: s.droppedFrames)
+                            s.droppedFrames = 0
+                            return .some(d)
+                        case .note(let d):
+                            return .some(d)
+                        }
                     }
                     if let end = s.end { return .some(end) }
                     s.waiter = c

@@ -9,17 +9,25 @@ import PipelineCore
 /// chunks dropped because the graph fell behind — are recovered from, counted as `overruns` and
 /// emitted as `overrun` events; the frame after a gap carries the `discontinuity` mark and its
 /// timestamp skips the lost audio.
+///
+/// A device that disappears mid-stream (unplugged, or a PulseAudio source removed — see
+/// ``DevicePresence``) is handled by `on_device_lost`: `fail` ends the node with `device_lost`;
+/// `reopen` and `wait` emit `device_lost`, keep the rest of the graph running, retry every 250 ms
+/// (the default device, or the same one) and emit `device_restored` with the outage; the first frame
+/// after it carries `discontinuity` and its timestamp skips the outage.
 public actor AudioCaptureNode: Node {
     /// What was asked of the device.
     public let spec: AudioStreamSpec
     let frameMs: Int
     let openTimeout: Duration
+    let onDeviceLost: DeviceLossPolicy
 
     /// Creates a capture node; nothing opens until ``run(_:)``.
-    public init(spec: AudioStreamSpec, frameMs: Int, openTimeout: Duration = .milliseconds(1800)) {
+    public init(spec: AudioStreamSpec, frameMs: Int, openTimeout: Duration = .milliseconds(1800), onDeviceLost: DeviceLossPolicy = .fail) {
         self.spec = spec
         self.frameMs = frameMs
         self.openTimeout = openTimeout
+        self.onDeviceLost = onDeviceLost
     }
 
     public func run(_ context: NodeContext) async throws {
@@ -31,32 +39,47 @@ public actor AudioCaptureNode: Node {
         let handoff = AudioCaptureHandoff(capacity: capacity, channels: spec.format.channels)
         defer { handoff.stop() }
 
+        let policy = onDeviceLost
         AudioDeviceThread.start(name: "\(spec.backend.rawValue)-capture-\(context.id)") {
-            let backend: any CaptureBackend
+            var backend: any CaptureBackend
             do {
                 backend = try AudioBackends.openCapture(spec)
             } catch {
                 opened.resolve(.failure(error))
                 return
             }
-            defer { backend.close() }
-            guard opened.resolve(.success(backend.format)) else { return }
-            let devicePeriod = max(1, backend.format.sampleRate * frameMs / 1000)
+            guard opened.resolve(.success(backend.format)) else { backend.close(); return }
+            var presence = DevicePresence(spec, kind: .capture)
+            var devicePeriod = max(1, backend.format.sampleRate * frameMs / 1000)
             while !handoff.isStopped {
                 do {
+                    try presence.check()
                     guard let chunk = try backend.read(frames: devicePeriod) else {
+                        backend.close()
                         handoff.finish(.ended)
                         return
                     }
                     handoff.push(chunk)
                 } catch {
-                    handoff.finish(.failed(error))
-                    return
+                    backend.close()
+                    if handoff.isStopped { return }
+                    guard policy != .fail else {
+                        handoff.finish(.failed(NodeError("device_lost", "\(spec.label) lost: \(DeviceReopen.message(error))")))
+                        return
+                    }
+                    handoff.notify(.lost(DeviceReopen.message(error)))
+                    guard let (reopened, target) = DeviceReopen.loop(spec, policy: policy, stopped: { handoff.isStopped },
+                                                                     open: { try AudioBackends.openCapture($0) }) else { return }
+                    backend = reopened
+                    presence = DevicePresence(target, kind: .capture)
+                    devicePeriod = max(1, backend.format.sampleRate * frameMs / 1000)
+                    handoff.notify(.restored(device: target.device, format: backend.format))
                 }
             }
+            backend.close()
         }
 
-        let deviceFormat = try await opened.wait(timeout: openTimeout) {
+        var deviceFormat = try await opened.wait(timeout: openTimeout) {
             NodeError("device_timeout", "\(spec.label) did not open within \(Self.describe(self.openTimeout)); is it stuck or the server hung?")
         }
         let output = spec.format
@@ -75,7 +98,7 @@ public actor AudioCaptureNode: Node {
         try await context.emit(CaptureEvents.started(backend: spec.backend.rawValue, device: spec.device, format: output, frameMs: frameMs))
         var stopReason = "stopped"
         do {
-            stopReason = try await deliver(context, handoff: handoff, deviceFormat: deviceFormat, converter: converter)
+            stopReason = try await deliver(context, handoff: handoff, deviceFormat: &deviceFormat, converter: &converter)
         } catch {
             try? await context.emit(CaptureEvents.stopped(device: spec.device, reason: error is CancellationError ? "stopped" : "error",
                                                           message: (error as? NodeError)?.message ?? "\(error)"))
@@ -85,7 +108,7 @@ public actor AudioCaptureNode: Node {
     }
 
     /// Turns device chunks into frames until the device ends; returns why it ended.
-    private func deliver(_ context: NodeContext, handoff: AudioCaptureHandoff, deviceFormat: AudioFormat, converter: AudioConverter?) async throws -> String {
+    private func deliver(_ context: NodeContext, handoff: AudioCaptureHandoff, deviceFormat: inout AudioFormat, converter: inout AudioConverter?) async throws -> String {
         let output = spec.format
         let frameSamples = output.frames(ms: frameMs) * output.channels
         let out = context.output()
@@ -93,6 +116,7 @@ public actor AudioCaptureNode: Node {
         pending.reserveCapacity(frameSamples * 2)
         var index: Int64 = 0           // samples per channel, including lost ones
         var gap = false
+        var lostAt: ContinuousClock.Instant?
         loop: while let delivery = await handoff.next() {
             switch delivery {
             case .chunk(let chunk, let dropped):
@@ -115,6 +139,28 @@ public actor AudioCaptureNode: Node {
                     try await out.send(frame)
                 }
                 if start > 0 { pending.removeFirst(start) }
+            case .lost(let message):
+                lostAt = .now
+                context.count("device_lost")
+                context.logger.warning("\(spec.label) lost (\(message)); \(onDeviceLost == .reopen ? "opening the default device" : "waiting for it to come back")")
+                try await context.emit("device_lost", [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
+                                                       ("message", .string(message)), ("policy", .string(onDeviceLost.rawValue))])
+            case .restored(let device, let format):
+                let outage = lostAt.map { ContinuousClock.now - $0 } ?? .zero
+                lostAt = nil
+                let outageMs = Int64(outage.components.seconds * 1000 + outage.components.attoseconds / 1_000_000_000_000_000)
+                // The timeline goes on through the outage: the next frame starts where the audio would have been.
+                pending.removeAll()
+                index += outageMs * Int64(output.sampleRate) / 1000
+                gap = true
+                if format != deviceFormat {
+                    deviceFormat = format
+                    converter = format == output ? nil : try AudioConverter(from: format, to: output)
+                }
+                context.count("device_restored")
+                context.logger.notice("\(spec.backend.rawValue) device '\(device)' open again after \(outageMs) ms")
+                try await context.emit("device_restored", [("backend", .string(spec.backend.rawValue)), ("device", .string(device)),
+                                                           ("outage_ms", .int(outageMs))])
             case .ended:
                 break loop
             case .failed(let error):

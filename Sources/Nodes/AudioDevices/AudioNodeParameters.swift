@@ -9,6 +9,7 @@ enum AudioNodeParameters {
         var channels: Int
         var frameMs: Int
         var latencyMs: Int
+        var onDeviceLost: DeviceLossPolicy
         static var parameters: [ParamSpec] { AudioNodeParameters.capture(.alsa) }
         var format: AudioFormat { AudioFormat(sampleRate: rate, channels: channels) }
     }
@@ -22,6 +23,7 @@ enum AudioNodeParameters {
         var frameMs: Int
         var latencyMs: Int
         var driftCompensation: Bool
+        var onDeviceLost: DeviceLossPolicy
         static var parameters: [ParamSpec] { AudioNodeParameters.playback(.alsa) }
     }
 
@@ -33,8 +35,13 @@ enum AudioNodeParameters {
             ParamSpec("channels", .int(1...8), default: 1, doc: "channels delivered (converted if the device cannot)"),
             ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "frame length in milliseconds (also the device read size)"),
             ParamSpec("latency_ms", .int(5...5000), default: 100, doc: "device buffer in milliseconds"),
+            lossParameter,
         ]
     }
+
+    static let lossParameter = ParamSpec(
+        "on_device_lost", .choice(DeviceLossPolicy.allCases.map(\.rawValue)), default: "fail",
+        doc: "when the device disappears: fail (the node ends with device_lost), reopen (the default device) or wait (for the same device); device_lost / device_restored events")
 
     /// The same for a playback sink; `rate`/`channels` default to the incoming audio's format.
     static func playback(_ backend: AudioBackendKind) -> [ParamSpec] {
@@ -46,6 +53,7 @@ enum AudioNodeParameters {
             ParamSpec("latency_ms", .int(5...5000), default: 100, doc: "device buffer in milliseconds"),
             ParamSpec("drift_compensation", .bool, default: true,
                       doc: "hold the playback queue at its depth by resampling (at most ±0.1 %) when the audio's clock and the device's differ; clock_drift_ppm in --stats"),
+            lossParameter,
         ]
     }
 
@@ -79,7 +87,7 @@ enum AudioNodeParameters {
             format: .typed(Capture.self, output: { c, _ in c.format }),
             defaultOverflow: .dropOldest,
             executor: .realtime,
-            make: { c, env in AudioCaptureNode(spec: spec(c, backend: backend, id: env.id), frameMs: c.frameMs) })
+            make: { c, env in AudioCaptureNode(spec: spec(c, backend: backend, id: env.id), frameMs: c.frameMs, onDeviceLost: c.onDeviceLost) })
         d.parameters = capture(backend)
         return d
     }
@@ -93,7 +101,7 @@ enum AudioNodeParameters {
             configuration: Playback.self,
             format: .none,
             executor: .realtime,
-            make: { c, env in AudioPlaybackNode(spec: spec(c, backend: backend, id: env.id), fixedFormat: c.rate != nil, compensateDrift: c.driftCompensation) })
+            make: { c, env in AudioPlaybackNode(spec: spec(c, backend: backend, id: env.id), fixedFormat: c.rate != nil, compensateDrift: c.driftCompensation, onDeviceLost: c.onDeviceLost) })
         d.parameters = playback(backend)
         return d
     }

@@ -9,17 +9,25 @@ import PipelineCore
 /// dedicated device thread writes what the node queues; at end of stream the queued audio is
 /// played to the end (drained), bounded by its length plus two seconds. Underruns are recovered
 /// from, counted as `underruns` and emitted as `underrun` events.
+///
+/// A device that disappears mid-stream follows `on_device_lost`: `fail` ends the node with
+/// `device_lost`; with `reopen` (the default device) or `wait` (the same device) the node emits
+/// `device_lost`, keeps taking audio so the graph runs on — what arrives meanwhile is dropped and
+/// counted (`dropped_while_lost`, in frames) —, retries every 250 ms and emits `device_restored`.
 public actor AudioPlaybackNode: Node {
     /// The device and buffering asked for; `format` is replaced by the stream's when `rate` is absent.
     public let spec: AudioStreamSpec
     let fixedFormat: Bool
     let openTimeout: Duration
     let compensateDrift: Bool
+    let onDeviceLost: DeviceLossPolicy
 
     /// Creates a playback node; `fixedFormat` opens the device at start in `spec.format`;
     /// `compensateDrift` trims the resampling ratio to hold the queue (see ``DriftCompensator``).
-    public init(spec: AudioStreamSpec, fixedFormat: Bool, openTimeout: Duration = .milliseconds(1800), compensateDrift: Bool = false) {
+    public init(spec: AudioStreamSpec, fixedFormat: Bool, openTimeout: Duration = .milliseconds(1800), compensateDrift: Bool = false,
+                onDeviceLost: DeviceLossPolicy = .fail) {
         self.spec = spec
+        self.onDeviceLost = onDeviceLost
         self.fixedFormat = fixedFormat
         self.openTimeout = openTimeout
         self.compensateDrift = compensateDrift
@@ -29,7 +37,38 @@ public actor AudioPlaybackNode: Node {
         let queue: AudioPlaybackQueue
         let done: DeviceOneShot<Bool>
         let format: AudioFormat
+        let losses: DeviceLossLog
     }
+
+    private var reportedDropped = 0
+
+    /// Emits what the device thread noted about losses and restorations since the last call.
+    private func reportLosses(_ d: Open, context: NodeContext) async throws {
+        for entry in d.losses.drain() {
+            switch entry {
+            case .lost(let message, let at):
+                lostAt = at
+                context.count("device_lost")
+                context.logger.warning("\(spec.label) lost (\(message)); \(onDeviceLost == .reopen ? "opening the default device" : "waiting for it to come back"); audio meanwhile is dropped")
+                try await context.emit("device_lost", [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
+                                                       ("message", .string(message)), ("policy", .string(onDeviceLost.rawValue))])
+            case .restored(let device, let at):
+                let outage = lostAt.map { at - $0 } ?? .zero
+                lostAt = nil
+                let outageMs = Int64(outage.components.seconds * 1000 + outage.components.attoseconds / 1_000_000_000_000_000)
+                context.count("device_restored")
+                try await context.emit("device_restored", [("backend", .string(spec.backend.rawValue)), ("device", .string(device)),
+                                                           ("outage_ms", .int(outageMs))])
+            }
+        }
+        let dropped = d.losses.dropped
+        if dropped > reportedDropped {
+            context.count("dropped_while_lost", by: UInt64(dropped - reportedDropped))
+            reportedDropped = dropped
+        }
+    }
+
+    private var lostAt: ContinuousClock.Instant?
 
     public func run(_ context: NodeContext) async throws {
         var device: Open?
@@ -68,6 +107,7 @@ public actor AudioPlaybackNode: Node {
                 }
                 queuedFrames += Int64(samples.count / d.format.channels)
                 try await d.queue.put(samples)
+                try await reportLosses(d, context: context)
                 let u = d.queue.underruns
                 if u > reportedUnderruns {
                     context.count("underruns", by: UInt64(u - reportedUnderruns))
@@ -91,6 +131,7 @@ public actor AudioPlaybackNode: Node {
             }
             let u = d.queue.underruns
             if u > reportedUnderruns { context.count("underruns", by: UInt64(u - reportedUnderruns)) }
+            try await reportLosses(d, context: context)
         } onCancel: {
             stopBox.stop()
         }
@@ -105,22 +146,54 @@ public actor AudioPlaybackNode: Node {
         let opened = DeviceOneShot<AudioFormat>()
         let done = DeviceOneShot<Bool>()
         let immutableSpec = spec
+        let losses = DeviceLossLog()
+        let policy = onDeviceLost
         AudioDeviceThread.start(name: "\(spec.backend.rawValue)-playback-\(context.id)") {
-            let backend: any PlaybackBackend
+            var backend: any PlaybackBackend
             do {
                 backend = try AudioBackends.openPlayback(immutableSpec)
             } catch {
                 opened.resolve(.failure(error))
                 return
             }
-            defer { backend.close() }
-            guard opened.resolve(.success(backend.format)) else { return }
+            guard opened.resolve(.success(backend.format)) else { backend.close(); return }
+            let format = backend.format
+            var presence = DevicePresence(immutableSpec, kind: .playback)
+            var lost = false
+            var nextAttempt = ContinuousClock.now
             do {
                 while let samples = queue.take() {
-                    queue.addUnderruns(try backend.write(samples))
-                    queue.reportDelay(backend.delay)
+                    if lost {
+                        losses.addDropped(samples.count / max(format.channels, 1))
+                        guard ContinuousClock.now >= nextAttempt else { continue }
+                        nextAttempt = .now + DeviceReopen.retryInterval
+                        let target = DeviceReopen.target(immutableSpec, policy: policy)
+                        // Only a device that takes the same format: the node converts to it already.
+                        guard let b = try? AudioBackends.openPlayback(target) else { continue }
+                        guard b.format == format else { b.close(); continue }
+                        backend = b
+                        lost = false
+                        presence = DevicePresence(target, kind: .playback)
+                        losses.append(.restored(device: target.device, at: .now))
+                        continue
+                    }
+                    do {
+                        try presence.check()
+                        queue.addUnderruns(try backend.write(samples))
+                        queue.reportDelay(backend.delay)
+                    } catch {
+                        backend.close()
+                        guard policy != .fail else { throw NodeError("device_lost", "\(immutableSpec.label) lost: \(DeviceReopen.message(error))") }
+                        lost = true
+                        nextAttempt = policy == .reopen ? .now : .now + DeviceReopen.retryInterval
+                        losses.append(.lost(message: DeviceReopen.message(error), at: .now))
+                        losses.addDropped(samples.count / max(format.channels, 1))
+                    }
                 }
-                try backend.drain()
+                if !lost {
+                    try backend.drain()
+                    backend.close()
+                }
                 done.resolve(.success(true))
             } catch {
                 queue.fail(error)
@@ -131,7 +204,7 @@ public actor AudioPlaybackNode: Node {
             NodeError("device_timeout", "\(immutableSpec.label) did not open within \(AudioCaptureNode.describe(openTimeout)); is it stuck or the server hung?")
         }
         context.logger.info("\(spec.label) open for playback: \(deviceFormat), \(spec.latencyMs) ms buffer")
-        return Open(queue: queue, done: done, format: deviceFormat)
+        return Open(queue: queue, done: done, format: deviceFormat, losses: losses)
     }
 }
 

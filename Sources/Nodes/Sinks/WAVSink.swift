@@ -26,7 +26,7 @@ public actor WAVSinkNode: Node {
         try writer?.close()
     }
 
-    /// Configuration of `wav-sink` (`device`, `rate`, `channels`, `frame_ms`, `latency_ms` are accepted
+    /// Configuration of `wav-sink` (`device`, `rate`, `channels`, `frame_ms`, `latency_ms`, `drift_compensation`, `on_device_lost` are accepted
     /// and ignored, so a playback node can be swapped for a file).
     public struct Configuration: NodeConfiguration {
         public var path: String
@@ -37,6 +37,8 @@ public actor WAVSinkNode: Node {
             ParamSpec("channels", .int, doc: "ignored (the file takes the incoming format)"),
             ParamSpec("frame_ms", .int, doc: "ignored"),
             ParamSpec("latency_ms", .int, doc: "ignored"),
+            ParamSpec("drift_compensation", .bool, doc: "ignored"),
+            ParamSpec("on_device_lost", .string, doc: "ignored (a file is never lost)"),
         ]
     }
 

@@ -247,6 +247,7 @@ public actor FileSourceNode: Node {
         public var raw: RawPCM?
         public var device: String?
         public var latencyMs: Int?
+        public var onDeviceLost: String?
         public static let parameters: [ParamSpec] = [
             ParamSpec("path", .string, required: true, doc: "WAV file (PCM 8/16/24/32-bit int, 32/64-bit float), compressed audio (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC; FFmpeg) or raw PCM with `raw`"),
             ParamSpec("realtime", .bool, default: false, doc: "pace frames at 1x real time instead of as fast as possible"),
@@ -257,6 +258,7 @@ public actor FileSourceNode: Node {
             ParamSpec("raw", .map, doc: "raw PCM: { rate: 16000, channels: 1, encoding: s16le|s24le|s32le|f32le|f64le|u8 }"),
             ParamSpec("device", .string, doc: "ignored (accepted so a capture node can be swapped for a file)"),
             ParamSpec("latency_ms", .int, doc: "ignored (accepted so a capture node can be swapped for a file)"),
+            ParamSpec("on_device_lost", .string, doc: "ignored (accepted so a capture node can be swapped for a file)"),
         ]
 
         /// Paced at 1x, the source is timing-critical; read as fast as possible, it is bulk work.
