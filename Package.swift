@@ -35,13 +35,17 @@ let package = Package(
         .systemLibrary(name: "CPocketSphinx", pkgConfig: "pocketsphinx", providers: [.apt(["libpocketsphinx-dev"])]),
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
+        .systemLibrary(name: "CWebRTCAudioProcessing", pkgConfig: "webrtc-audio-processing", providers: [.apt(["libwebrtc-audio-processing-dev"])]),
+        // Echo cancellation (webrtc-audio-processing's AEC, speexdsp's MDF) behind a C interface.
+        .target(name: "CEchoCancel", dependencies: ["CWebRTCAudioProcessing", "CSpeexDSP"], path: "Sources/CEchoCancel",
+                cxxSettings: [.define("WEBRTC_LINUX"), .define("WEBRTC_POSIX"), .define("WEBRTC_AUDIO_PROCESSING_ONLY_BUILD")]),
         // FFmpeg (libavcodec, libavformat, libswresample from Debian) behind a narrow C interface: AAC, audio files.
         .target(name: "CAVCodec", path: "Sources/CAVCodec",
                 linkerSettings: [.linkedLibrary("avformat"), .linkedLibrary("avcodec"), .linkedLibrary("swresample"), .linkedLibrary("avutil")]),
         .target(
             name: "Nodes",
             dependencies: [
-                core, "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CAVCodec",
+                core, "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CAVCodec", "CEchoCancel",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
