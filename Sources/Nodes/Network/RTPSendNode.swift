@@ -13,6 +13,9 @@ import PipelineCore
 /// - Sending never blocks: a datagram the system cannot queue is dropped and counted (`send_dropped`);
 ///   other send errors (no route, refused) are counted as `send_errors` and reported once as an
 ///   `error` event, and the call goes on.
+/// - With `host: ""` the peer is found by DNS-SD instead (see ``PeerDiscoveryLink``): the node
+///   advertises `service` with its `receive_port`, invites what it finds and sends to the peer while
+///   the call is up (`peer_found`, `peer_lost`, `connected`, `disconnected` events).
 public actor RTPSendNode: Node {
     private let host: String
     private let port: Int
@@ -20,10 +23,14 @@ public actor RTPSendNode: Node {
     private let ssrc: UInt32
     private var sequence: UInt16
     private let timestampBase: UInt32
+    private let discovery: PeerDiscoveryLink.Settings?
 
     init(configuration c: Configuration) {
         host = c.host
         port = c.port
+        discovery = c.host.isEmpty
+            ? PeerDiscoveryLink.Settings(service: c.service, name: c.name ?? Self.hostName(), receivePort: c.receivePort, controlPort: c.controlPort)
+            : nil
         payloadType = UInt8(c.payloadType)
         var rng = SystemRandomNumberGenerator()
         ssrc = c.ssrc.map { UInt32(truncatingIfNeeded: $0) } ?? rng.next()
@@ -31,22 +38,40 @@ public actor RTPSendNode: Node {
         timestampBase = rng.next()
     }
 
+    private static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count) == 0 else { return "voicepipe" }
+        let name = String(cString: buffer)
+        return name.isEmpty ? "voicepipe" : "voicepipe on \(name)"
+    }
+
     public func run(_ context: NodeContext) async throws {
         let worker = BlockingWorker(name: "rtp-send-\(context.id)")
         defer { worker.shutdown() }
         let (host, port) = (self.host, self.port)
-        let address: UDPAddress
+        var fixed: UDPAddress?
         let socket: UDPSocket
+        var link: PeerDiscoveryLink?
         do {
-            (address, socket) = try await worker.run {
-                let a = try UDPAddress.resolve(host: host, port: port)
-                return (a, try UDPSocket(family: a.family))
+            if discovery != nil {
+                socket = try await worker.run { try UDPSocket(family: AF_INET) }
+            } else {
+                let (a, s) = try await worker.run {
+                    let a = try UDPAddress.resolve(host: host, port: port)
+                    return (a, try UDPSocket(family: a.family))
+                }
+                fixed = a
+                socket = s
             }
         } catch let e as UDPError {
             throw NodeError(e.code, "rtp-send: \(e.message)")
         }
         defer { socket.close() }
-        context.logger.info("sending RTP (pt \(payloadType), ssrc \(ssrc)) to \(address)")
+        if let fixed { context.logger.info("sending RTP (pt \(payloadType), ssrc \(ssrc)) to \(fixed)") }
+        var seenConnections = 0
+        defer {
+            if let l = link { l.stop() }
+        }
         var nextPts: Int64?
         var marker = true
         var errorsReported = false
@@ -62,6 +87,23 @@ public actor RTPSendNode: Node {
                     errorsReported = true
                     try await context.emitError(code: "wrong_codec", message: "rtp-send carries opus or aac, got \(encoded.codec); skipped")
                 }
+                continue
+            }
+            if let settings = discovery, link == nil {
+                let l = PeerDiscoveryLink(settings: settings)
+                let codec = encoded.codec
+                try await worker.run { try l.start(codec: codec, context: context) }
+                link = l
+            }
+            let address: UDPAddress
+            if let fixed {
+                address = fixed
+            } else if let l = link, let peer = l.current {
+                address = peer
+                if l.connections != seenConnections { seenConnections = l.connections; marker = true }
+            } else {
+                context.count("no_peer")
+                nextPts = frame.pts + encoded.durationNanos
                 continue
             }
             if let expected = nextPts, frame.pts > expected + encoded.durationNanos / 2 { marker = true }
@@ -123,12 +165,24 @@ public actor RTPSendNode: Node {
         public var payloadType: Int
         /// Synchronization source; `nil` = random.
         public var ssrc: Int?
+        /// DNS-SD service type (discovery, `host: ""`).
+        public var service: String
+        /// Instance name advertised (discovery); `nil` = "voicepipe on HOSTNAME".
+        public var name: String?
+        /// Our RTP receive port, advertised (discovery).
+        public var receivePort: Int
+        /// UDP port of the invitation channel (discovery; 0 = any free one).
+        public var controlPort: Int
         /// The parameters of `rtp-send`.
         public static let parameters = [
-            ParamSpec("host", .string, default: "127.0.0.1", doc: "peer address or name (IPv6 as ::1 or [::1])"),
+            ParamSpec("host", .string, default: "127.0.0.1", doc: "peer address or name (IPv6 as ::1 or [::1]); \"\" = find the peer by DNS-SD"),
             ParamSpec("port", .int(1...65535), default: 5004, doc: "peer UDP port"),
             ParamSpec("payload_type", .int(0...127), default: 96, doc: "RTP payload type (dynamic, 96...127)"),
             ParamSpec("ssrc", .int(0...4_294_967_295), doc: "synchronization source (default: random)"),
+            ParamSpec("service", .string, default: "_voicepipe-intercom._udp", doc: "discovery (host \"\"): DNS-SD service type advertised and browsed"),
+            ParamSpec("name", .string, doc: "discovery: instance name advertised (default: \"voicepipe on HOSTNAME\")"),
+            ParamSpec("receive_port", .int(1...65535), default: 5006, doc: "discovery: our RTP receive port (rtp-receive's), advertised to the peer"),
+            ParamSpec("control_port", .int(0...65535), default: 0, doc: "discovery: UDP port of the invitation channel (0 = any free one)"),
         ]
     }
 

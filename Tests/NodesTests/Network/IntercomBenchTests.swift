@@ -11,8 +11,10 @@ struct IntercomBenchTests {
     /// Clicks every 500 ms into file-source (1x) → opus-encode → rtp-send → relay → rtp-receive →
     /// jitter-buffer → opus-decode; the wall time a click's frame leaves the source and the wall time
     /// its decoded frame reaches the sink give the added latency.
-    @Test(arguments: [0, 40])
-    func clickLatency(jitterMs: Int) async throws {
+    /// Variants: Opus at 0 and ±40 ms of jitter, then AAC and the echo canceller (in the microphone path,
+    /// fed with what is played) at 0 jitter.
+    @Test(arguments: [("opus", false, 0), ("opus", false, 40), ("aac", false, 0), ("opus", true, 0), ("aac", true, 0)])
+    func clickLatency(codec: String, aec: Bool, jitterMs: Int) async throws {
         let rate = 48000
         var signal = [Int16](repeating: 0, count: rate * 8)
         var clicks: [Int] = []
@@ -34,14 +36,15 @@ struct IntercomBenchTests {
         nodes:
           src:  { type: file-source, path: "\(input)", realtime: true, frame_ms: 20 }
           sent: { type: rtp-test-tap }
-          enc:  { type: opus-encode, bitrate: 32000 }
+          enc:  { type: \(codec == "aac" ? "aac-encode, bitrate: 64000" : "opus-encode, bitrate: 32000") }
+        \(aec ? "  aec:  { type: aec, engine: webrtc, reference: arrival, stats_interval_ms: 0 }" : "")
           tx:   { type: rtp-send, host: 127.0.0.1, port: \(relay.port) }
-          rx:   { type: rtp-receive, port: 0, bind: 127.0.0.1, stats_interval_ms: 0 }
+          rx:   { type: rtp-receive, codec: \(codec), port: 0, bind: 127.0.0.1, stats_interval_ms: 0 }
           jb:   { type: jitter-buffer, min_ms: \(minMs), max_ms: 200, stats_interval_ms: 0 }
-          dec:  { type: opus-decode, rate: 48000 }
+          dec:  { type: \(codec)-decode, rate: 48000 }
           heard: { type: rtp-test-tap-2 }
         links:
-          - src -> enc -> tx
+        \(aec ? "  - src -> aec.in\n  - aec -> enc -> tx\n  - dec -> aec.ref" : "  - src -> enc -> tx")
           - src -> sent
           - rx -> jb -> dec -> heard
         """
@@ -73,7 +76,7 @@ struct IntercomBenchTests {
         let n = min(s.count, h.count)
         let latencies = (0..<n).map { Double((h[$0] - s[$0]).components.attoseconds) / 1e15 + Double((h[$0] - s[$0]).components.seconds) * 1000 }.sorted()
         let jb = RTPTest.last(events, "jitter_stats", node: "jb")
-        print("BENCH intercom jitter=±\(jitterMs)ms min_ms=\(minMs) clicks=\(n)/\(clicks.count) latency_ms median=\(latencies.isEmpty ? -1 : latencies[n / 2]) min=\(latencies.first ?? -1) max=\(latencies.last ?? -1) target_ms=\(jb?.rtpInt("target_ms") ?? -1) concealed=\(jb?.rtpInt("concealed") ?? -1) late=\(jb?.rtpInt("late") ?? -1)")
+        print("BENCH intercom codec=\(codec) aec=\(aec ? "webrtc" : "off") jitter=±\(jitterMs)ms min_ms=\(minMs) clicks=\(n)/\(clicks.count) latency_ms median=\(latencies.isEmpty ? -1 : latencies[n / 2]) min=\(latencies.first ?? -1) max=\(latencies.last ?? -1) target_ms=\(jb?.rtpInt("target_ms") ?? -1) concealed=\(jb?.rtpInt("concealed") ?? -1) late=\(jb?.rtpInt("late") ?? -1)")
         #expect(n > 0)
     }
 }
