@@ -1,10 +1,16 @@
 // Acoustic echo cancellation behind the C interface of voicepipe_aec.h.
 //
 // Engines:
-//   webrtc  webrtc-audio-processing 0.3 (Debian's libwebrtc-audio-processing), float interface,
-//           AEC with extended filter + delay-agnostic mode, high-pass filter on.
-//   speex   speexdsp MDF filter + speex_preprocess as residual echo suppressor. The reference can
-//           be held back by a known bulk delay so the filter only has to cover the room.
+//   webrtc  webrtc-audio-processing 0.3 (Debian's libwebrtc-audio-processing), float interface:
+//           AEC (normal 48 ms filter, or the extended 128 ms one when filter_ms > 64) fed with
+//           our delay estimate, low suppression, high-pass filter on, noise suppression and AGC
+//           off.
+//   speex   speexdsp's MDF filter + speex_preprocess as residual echo suppressor. The reference
+//           is held back by the bulk delay so the filter only has to cover the room.
+//
+// Both get the echo delay from an estimator of our own (GCC-PHAT between the microphone and the
+// reference, at 8 kHz, over 1 s windows every 250 ms); the caller's value is used until the first
+// estimate, or always when estimation is turned off.
 //
 // Build flags (see bench/aec/build.sh):
 //   -DWEBRTC_AUDIO_PROCESSING_ONLY_BUILD -DWEBRTC_POSIX -DWEBRTC_LINUX
@@ -15,9 +21,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <complex>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <new>
 #include <vector>
@@ -30,8 +38,11 @@
 namespace {
 
 constexpr int kMaxDelayMs = 500;
-constexpr int kDefaultSpeexFilterMs = 200;
-// Blocks whose reference is louder than this count as "reference active" for the ERLE figure.
+constexpr int kDefaultSpeexFilterMs = 100;
+// The speex reference is held back by the delay minus this much, so that the direct path lands
+// inside the adaptive filter even when the estimate is a little late.
+constexpr int kSpeexDelayMarginMs = 10;
+// Blocks whose reference is louder than this count as "reference active".
 constexpr double kFarActiveDbfs = -50.0;
 // Smoothing of the ERLE powers: about 2 s of active 10 ms blocks.
 constexpr double kErleSmoothing = 1.0 / 200.0;
@@ -59,15 +70,186 @@ double block_power(const int16_t *x, size_t n) {
 
 double to_db(double p) { return 10.0 * std::log10(p + 1e-20); }
 
+// In-place iterative radix-2 FFT of a fixed power-of-two size.
+class FFT {
+public:
+    explicit FFT(int n) : n_(n), rev_(n), tw_(n / 2) {
+        int bits = 0;
+        while ((1 << bits) < n) bits++;
+        for (int i = 0; i < n; i++) {
+            int r = 0;
+            for (int b = 0; b < bits; b++) r |= ((i >> b) & 1) << (bits - 1 - b);
+            rev_[i] = r;
+        }
+        const double pi = 3.14159265358979323846;
+        for (int k = 0; k < n / 2; k++) tw_[k] = std::polar(1.0f, float(-2.0 * pi * k / n));
+    }
+
+    void forward(std::vector<std::complex<float>> &x) const { run(x, false); }
+    void inverse(std::vector<std::complex<float>> &x) const { run(x, true); }  // unscaled
+
+private:
+    void run(std::vector<std::complex<float>> &x, bool inv) const {
+        for (int i = 0; i < n_; i++)
+            if (i < rev_[i]) std::swap(x[i], x[rev_[i]]);
+        for (int len = 2; len <= n_; len <<= 1) {
+            const int half = len / 2, step = n_ / len;
+            for (int i = 0; i < n_; i += len)
+                for (int j = 0; j < half; j++) {
+                    std::complex<float> w = tw_[j * step];
+                    if (inv) w = std::conj(w);
+                    std::complex<float> u = x[i + j], v = x[i + j + half] * w;
+                    x[i + j] = u + v;
+                    x[i + j + half] = u - v;
+                }
+        }
+    }
+
+    int n_;
+    std::vector<int> rev_;
+    std::vector<std::complex<float>> tw_;
+};
+
+// Estimates how late the reference shows up in the microphone signal: GCC-PHAT (phase transform,
+// 200-3600 Hz) between the last second of microphone and the last 1.5 s of reference, both
+// decimated to 8 kHz, every 250 ms while the reference is active. A new value is taken when
+// consecutive confident estimates agree, so near-end speech and silence do not move it.
+class DelayEstimator {
+public:
+    static constexpr int kRate = 8000;
+    static constexpr int kWin = kRate;                         // 1 s of microphone
+    static constexpr int kMaxLag = kRate * kMaxDelayMs / 1000;  // 0.5 s
+    static constexpr int kHist = kWin + kMaxLag;
+    static constexpr int kN = 16384;                           // >= kHist, no circular wrap for lags 0...kMaxLag
+    static constexpr int kEvery = kRate / 4;                   // estimate every 250 ms
+    static constexpr double kConfidence = 7.0;                 // peak / mean |correlation|
+    static constexpr int kAgree = kRate * 2 / 1000;            // estimates within 2 ms agree
+
+    DelayEstimator() : fft_(kN), near_(kWin, 0.0f), far_(kHist, 0.0f), a_(kN), b_(kN) {}
+
+    void init(int rate, int channels) {
+        factor_ = rate / kRate;
+        channels_ = channels;
+        reset();
+    }
+
+    void reset() {
+        std::fill(near_.begin(), near_.end(), 0.0f);
+        std::fill(far_.begin(), far_.end(), 0.0f);
+        far_active_.clear();
+        pos_ = 0;
+        since_ = 0;
+        current_ = -1;
+        recent_.clear();
+    }
+
+    // One block of interleaved samples (frames per channel).
+    void push(const int16_t *near, const int16_t *far, int frames) {
+        const int out = frames / factor_;
+        const float scale = 1.0f / (32768.0f * float(factor_ * channels_));
+        for (int i = 0; i < out; i++) {
+            float sn = 0.0f, sf = 0.0f;
+            for (int k = 0; k < factor_; k++)
+                for (int c = 0; c < channels_; c++) {
+                    const size_t idx = size_t(i * factor_ + k) * channels_ + c;
+                    sn += near[idx];
+                    if (far) sf += far[idx];
+                }
+            near_[pos_ % kWin] = sn * scale;
+            far_[pos_ % kHist] = sf * scale;
+            pos_++;
+        }
+        const double pf = far ? block_power(far, size_t(frames) * channels_) : 0.0;
+        far_active_.push_back(to_db(pf) > kFarActiveDbfs);
+        if (far_active_.size() > size_t(kHist / out)) far_active_.pop_front();
+        since_ += out;
+        if (since_ >= kEvery && pos_ >= size_t(kWin)) {
+            since_ = 0;
+            estimate();
+        }
+    }
+
+    // Delay in samples at 8 kHz, -1 while unknown.
+    int current() const { return current_; }
+
+private:
+    void estimate() {
+        size_t active = 0;
+        for (bool b : far_active_) active += b;
+        if (far_active_.empty() || double(active) / double(far_active_.size()) < 0.3) return;
+
+        // a = reference over the last kHist samples, b = microphone over the last kWin samples.
+        std::fill(a_.begin(), a_.end(), std::complex<float>(0.0f, 0.0f));
+        std::fill(b_.begin(), b_.end(), std::complex<float>(0.0f, 0.0f));
+        for (int i = 0; i < kHist; i++) a_[i] = far_[(pos_ + i) % kHist];  // oldest first
+        for (int i = 0; i < kWin; i++) b_[i] = near_[(pos_ + i) % kWin];
+        fft_.forward(a_);
+        fft_.forward(b_);
+        const int lo = 200 * kN / kRate, hi = 3600 * kN / kRate;
+        for (int k = 0; k < kN; k++) {
+            const int f = k <= kN / 2 ? k : kN - k;
+            if (f < lo || f > hi) {
+                a_[k] = 0.0f;
+                continue;
+            }
+            std::complex<float> c = a_[k] * std::conj(b_[k]);
+            const float m = std::abs(c);
+            a_[k] = m > 1e-20f ? c / m : std::complex<float>(0.0f, 0.0f);
+        }
+        fft_.inverse(a_);
+        // c[j] = sum_n far[n + j] * near[n]; the echo of far[m] appears kMaxLag - j samples later.
+        int best = 0;
+        float peak = -1e30f;
+        double mean = 0.0;
+        for (int j = 0; j <= kMaxLag; j++) {
+            const float v = a_[j].real();
+            mean += std::fabs(v);
+            if (v > peak) {
+                peak = v;
+                best = j;
+            }
+        }
+        mean /= double(kMaxLag + 1);
+        if (mean <= 0.0 || peak / mean < kConfidence) return;
+        const int delay = kMaxLag - best;
+
+        recent_.push_back(delay);
+        if (recent_.size() > 3) recent_.erase(recent_.begin());
+        const size_t need = current_ < 0 ? 2 : 3;
+        if (recent_.size() < need) return;
+        const auto first = recent_.end() - need;
+        const auto mm = std::minmax_element(first, recent_.end());
+        if (*mm.second - *mm.first > kAgree) return;
+        std::vector<int> v(first, recent_.end());
+        std::sort(v.begin(), v.end());
+        const int agreed = v[v.size() / 2];
+        if (current_ < 0 || std::abs(agreed - current_) > kAgree) current_ = agreed;
+    }
+
+    FFT fft_;
+    int factor_ = 2, channels_ = 1;
+    std::vector<float> near_, far_;
+    std::deque<bool> far_active_;
+    std::vector<std::complex<float>> a_, b_;
+    size_t pos_ = 0;
+    int since_ = 0;
+    int current_ = -1;
+    std::vector<int> recent_;
+};
+
 }  // namespace
 
 struct vp_aec {
     int engine = VP_AEC_WEBRTC;
     int rate = 16000;
     int channels = 1;
-    int frame = 160;        // frames per channel per call
+    int frame = 160;  // frames per channel per call
     int filter_ms = 0;
-    std::atomic<int> delay_ms{0};
+    std::atomic<int> hint_delay_ms{0};  // used until the estimator settles (always when it is off)
+    std::atomic<bool> estimate_delay{true};
+    DelayEstimator estimator;
+    int delay_in_use_ms = 0;
+    bool delay_from_estimator = false;
 
     // webrtc
     webrtc::AudioProcessing *apm = nullptr;
@@ -79,6 +261,7 @@ struct vp_aec {
     SpeexPreprocessState *pre = nullptr;
     std::vector<int16_t> far_ring;  // bulk delay line for the reference (mono)
     size_t ring_pos = 0;
+    int bulk_samples = 0;
     std::vector<int16_t> far_delayed, speex_out;
     int speex_suppression = 2;
     int speex_noise = 0;
@@ -100,12 +283,14 @@ namespace {
 
 bool webrtc_setup(vp_aec *a, char *err, size_t errlen) {
     webrtc::Config config;
-    // A filter of 48 ms (normal) or 128 ms (extended) at 16 kHz; the extended one also adapts
-    // more conservatively to delay changes, which suits unknown playback paths.
-    const bool extended = a->filter_ms == 0 || a->filter_ms > 64;
-    config.Set<webrtc::ExtendedFilter>(new webrtc::ExtendedFilter(extended));
-    // Estimate the echo delay from the signals instead of trusting the reported stream delay.
-    config.Set<webrtc::DelayAgnostic>(new webrtc::DelayAgnostic(true));
+    // The normal filter covers 48 ms at 16 kHz after the stream delay; the extended one covers
+    // 128 ms and has a more aggressive suppressor (worse double talk), so it is only used when
+    // asked for with filter_ms > 64.
+    config.Set<webrtc::ExtendedFilter>(new webrtc::ExtendedFilter(a->filter_ms > 64));
+    // The library's delay-agnostic mode would ignore the delay we report (our estimate, or the
+    // caller's) and find its own, which measured much slower for delays above the filter length
+    // (ERLE 3 dB instead of 36 dB in the first 9 s at 150 ms); it stays off.
+    config.Set<webrtc::DelayAgnostic>(new webrtc::DelayAgnostic(false));
     config.Set<webrtc::ExperimentalAgc>(new webrtc::ExperimentalAgc(false));
     config.Set<webrtc::ExperimentalNs>(new webrtc::ExperimentalNs(false));
 
@@ -124,7 +309,9 @@ bool webrtc_setup(vp_aec *a, char *err, size_t errlen) {
     a->apm->high_pass_filter()->Enable(true);
     webrtc::EchoCancellation *ec = a->apm->echo_cancellation();
     ec->enable_drift_compensation(false);
-    ec->set_suppression_level(webrtc::EchoCancellation::kModerateSuppression);
+    // Low suppression: in bench/aec-bench.py it kept the same ERLE as moderate (36-37 dB, the
+    // noise floor) and let 0.09 more of the near end through in double talk.
+    ec->set_suppression_level(webrtc::EchoCancellation::kLowSuppression);
     ec->enable_metrics(true);
     ec->enable_delay_logging(true);
     if ((rc = ec->Enable(true)) != webrtc::AudioProcessing::kNoError) {
@@ -149,19 +336,18 @@ bool webrtc_setup(vp_aec *a, char *err, size_t errlen) {
 
 void speex_apply_suppression(vp_aec *a) {
     // Residual echo suppression lives in the preprocessor's gain stage, which only runs when
-    // "denoise" is on; noise suppression itself is kept at 0 dB unless asked for.
+    // "denoise" is on (speexdsp ignores the computed gains otherwise); the noise floor is kept at
+    // 0 dB unless noise suppression is asked for.
     static const int kEcho[4] = {0, -30, -40, -55};
     static const int kEchoActive[4] = {0, -10, -15, -25};
     static const int kNoise[5] = {0, -10, -15, -20, -25};
-    const bool gain_stage = a->speex_suppression > 0 || a->speex_noise > 0;
-    spx_int32_t on = gain_stage ? 1 : 0, off = 0;
+    spx_int32_t on = 1, off = 0;
     speex_preprocess_ctl(a->pre, SPEEX_PREPROCESS_SET_DENOISE, &on);
     speex_preprocess_ctl(a->pre, SPEEX_PREPROCESS_SET_AGC, &off);
     speex_preprocess_ctl(a->pre, SPEEX_PREPROCESS_SET_DEREVERB, &off);
     spx_int32_t noise = kNoise[a->speex_noise];
     speex_preprocess_ctl(a->pre, SPEEX_PREPROCESS_SET_NOISE_SUPPRESS, &noise);
     spx_int32_t es = kEcho[a->speex_suppression], esa = kEchoActive[a->speex_suppression];
-    if (a->speex_suppression == 0) { es = 0; esa = 0; }
     speex_preprocess_ctl(a->pre, SPEEX_PREPROCESS_SET_ECHO_SUPPRESS, &es);
     speex_preprocess_ctl(a->pre, SPEEX_PREPROCESS_SET_ECHO_SUPPRESS_ACTIVE, &esa);
     speex_preprocess_ctl(a->pre, SPEEX_PREPROCESS_SET_ECHO_STATE, a->speex_suppression > 0 ? a->echo : nullptr);
@@ -194,6 +380,15 @@ bool speex_setup(vp_aec *a, char *err, size_t errlen) {
     return true;
 }
 
+// The delay to use for this block: the estimate once there is one (unless estimation is off),
+// else the caller's value (default 0).
+void update_delay(vp_aec *a) {
+    const int est = a->estimate_delay.load(std::memory_order_relaxed) ? a->estimator.current() : -1;
+    a->delay_from_estimator = est >= 0;
+    a->delay_in_use_ms = est >= 0 ? (est * 1000 + DelayEstimator::kRate / 2) / DelayEstimator::kRate
+                                   : a->hint_delay_ms.load(std::memory_order_relaxed);
+}
+
 void update_stats(vp_aec *a, const int16_t *near, const int16_t *far, const int16_t *out) {
     const size_t n = size_t(a->frame) * a->channels;
     const double pn = block_power(near, n);
@@ -224,7 +419,7 @@ int process_webrtc(vp_aec *a, const int16_t *near, const int16_t *far, int16_t *
     webrtc::StreamConfig sc(a->rate, ch, false);
     int rc = a->apm->ProcessReverseStream(a->far_p.data(), sc, sc, a->far_p.data());
     if (rc != webrtc::AudioProcessing::kNoError) return -1;
-    a->apm->set_stream_delay_ms(a->delay_ms.load(std::memory_order_relaxed));
+    a->apm->set_stream_delay_ms(a->delay_in_use_ms);
     rc = a->apm->ProcessStream(a->near_p.data(), sc, sc, a->out_p.data());
     // kBadStreamParameterWarning only says the delay was clamped; the frame was processed.
     if (rc != webrtc::AudioProcessing::kNoError && rc != webrtc::AudioProcessing::kBadStreamParameterWarning)
@@ -238,16 +433,19 @@ int process_webrtc(vp_aec *a, const int16_t *near, const int16_t *far, int16_t *
 int process_speex(vp_aec *a, const int16_t *near, const int16_t *far, int16_t *out) {
     const int n = a->frame;
     const size_t cap = a->far_ring.size();
-    const size_t delay = size_t(a->delay_ms.load(std::memory_order_relaxed)) * a->rate / 1000;
-    // Write the new reference block, then read the block `delay` samples older.
+    const int bulk_ms = std::max(a->delay_in_use_ms - kSpeexDelayMarginMs, 0);
+    const int bulk = bulk_ms * a->rate / 1000;
+    // A new delay shifts the reference; the filter re-adapts to the shifted path (resetting it
+    // instead measured worse: speex restarts its slow initial convergence).
+    a->bulk_samples = bulk;
+    // Write the new reference block, then read the block `bulk` samples older.
     for (int i = 0; i < n; i++) a->far_ring[(a->ring_pos + i) % cap] = far ? far[i] : 0;
-    const size_t start = (a->ring_pos + cap - delay) % cap;
+    const size_t start = (a->ring_pos + cap - size_t(bulk)) % cap;
     for (int i = 0; i < n; i++) a->far_delayed[i] = a->far_ring[(start + i) % cap];
     a->ring_pos = (a->ring_pos + n) % cap;
 
     speex_echo_cancellation(a->echo, near, a->far_delayed.data(), a->speex_out.data());
-    if (a->speex_suppression > 0 || a->speex_noise > 0)
-        speex_preprocess_run(a->pre, a->speex_out.data());
+    if (a->speex_suppression > 0 || a->speex_noise > 0) speex_preprocess_run(a->pre, a->speex_out.data());
     std::memcpy(out, a->speex_out.data(), sizeof(int16_t) * n);
     a->echo_likely = to_db(block_power(a->far_delayed.data(), n)) > kFarActiveDbfs;
     return 0;
@@ -274,17 +472,15 @@ vp_aec *vp_aec_create(int sample_rate, int channels, int engine, int filter_ms, 
         set_error(err, errlen, "filter_ms %d out of range 0...1000", filter_ms);
         return nullptr;
     }
-    std::unique_ptr<vp_aec> a(new (std::nothrow) vp_aec());
-    if (!a) {
-        set_error(err, errlen, "out of memory");
-        return nullptr;
-    }
-    a->engine = engine;
-    a->rate = sample_rate;
-    a->channels = channels;
-    a->frame = sample_rate / 100;
-    a->filter_ms = filter_ms;
+    std::unique_ptr<vp_aec> a;
     try {
+        a.reset(new vp_aec());
+        a->engine = engine;
+        a->rate = sample_rate;
+        a->channels = channels;
+        a->frame = sample_rate / 100;
+        a->filter_ms = filter_ms;
+        a->estimator.init(sample_rate, channels);
         bool ok = engine == VP_AEC_WEBRTC ? webrtc_setup(a.get(), err, errlen) : speex_setup(a.get(), err, errlen);
         if (!ok) return nullptr;
     } catch (const std::exception &e) {
@@ -300,18 +496,20 @@ int vp_aec_frame_size(const vp_aec *aec) { return aec ? aec->frame : 0; }
 
 int vp_aec_process(vp_aec *aec, const int16_t *near, const int16_t *far, int16_t *out, int frames) {
     if (!aec || !near || !out) return -1;
+    const size_t n = size_t(aec->frame) * aec->channels;
     if (frames != aec->frame) {
-        if (out != near) std::memmove(out, near, sizeof(int16_t) * size_t(std::max(frames, 0)) * aec->channels);
+        if (out != near && frames > 0) std::memmove(out, near, sizeof(int16_t) * size_t(frames) * aec->channels);
         return -3;
     }
     // Keep the input for the statistics when processing in place.
-    const size_t n = size_t(aec->frame) * aec->channels;
-    int16_t near_copy_stack[960];  // 10 ms of 48 kHz stereo
+    int16_t near_copy[960];  // 10 ms of 48 kHz stereo
     const int16_t *near_in = near;
     if (out == near) {
-        std::memcpy(near_copy_stack, near, sizeof(int16_t) * n);
-        near_in = near_copy_stack;
+        std::memcpy(near_copy, near, sizeof(int16_t) * n);
+        near_in = near_copy;
     }
+    if (aec->estimate_delay.load(std::memory_order_relaxed)) aec->estimator.push(near_in, far, frames);
+    update_delay(aec);
     int rc = aec->engine == VP_AEC_WEBRTC ? process_webrtc(aec, near_in, far, out)
                                           : process_speex(aec, near_in, far, out);
     if (rc != 0) {
@@ -324,7 +522,12 @@ int vp_aec_process(vp_aec *aec, const int16_t *near, const int16_t *far, int16_t
 
 void vp_aec_set_delay_ms(vp_aec *aec, int delay_ms) {
     if (!aec) return;
-    aec->delay_ms.store(std::min(std::max(delay_ms, 0), kMaxDelayMs), std::memory_order_relaxed);
+    aec->hint_delay_ms.store(std::min(std::max(delay_ms, 0), kMaxDelayMs), std::memory_order_relaxed);
+}
+
+void vp_aec_set_delay_estimation(vp_aec *aec, int enabled) {
+    if (!aec) return;
+    aec->estimate_delay.store(enabled != 0, std::memory_order_relaxed);
 }
 
 int vp_aec_set_noise_suppression(vp_aec *aec, int level) {
@@ -359,7 +562,9 @@ int vp_aec_set_suppression(vp_aec *aec, int level) {
 int vp_aec_get_stats(vp_aec *aec, vp_aec_stats *s) {
     if (!aec || !s) return -1;
     s->frames = aec->frames;
-    s->delay_ms = -1;
+    s->delay_ms = aec->delay_in_use_ms;
+    s->delay_estimated = aec->delay_from_estimator ? 1 : 0;
+    s->engine_delay_ms = -1;
     s->engine_erle_db = NAN;
     s->echo_likely = aec->echo_likely ? 1 : 0;
     s->erle_db = aec->have_erle ? to_db(aec->p_near) - to_db(aec->p_out) : NAN;
@@ -371,9 +576,7 @@ int vp_aec_get_stats(vp_aec *aec, vp_aec_stats *s) {
             s->engine_erle_db = m.echo_return_loss_enhancement.average;
         int median = -1, std_dev = -1;
         float poor = 0.0f;
-        if (ec->GetDelayMetrics(&median, &std_dev, &poor) == 0 && median >= 0) s->delay_ms = median;
-    } else {
-        s->delay_ms = aec->delay_ms.load(std::memory_order_relaxed);
+        if (ec->GetDelayMetrics(&median, &std_dev, &poor) == 0 && median >= 0) s->engine_delay_ms = median;
     }
     return 0;
 }
@@ -386,6 +589,8 @@ void vp_aec_reset(vp_aec *aec) {
         speex_echo_state_reset(aec->echo);
         std::fill(aec->far_ring.begin(), aec->far_ring.end(), 0);
     }
+    aec->estimator.reset();
+    update_delay(aec);
     aec->have_erle = false;
     aec->p_near = aec->p_out = 0.0;
 }

@@ -6,10 +6,13 @@ import PipelineCore
 /// sizes, timestamps and marks as `in`, at most 10 ms later).
 ///
 /// Engines (`engine`): `webrtc` — the AEC of webrtc-audio-processing, the engine PulseAudio's
-/// `module-echo-cancel` uses by default, with its extended filter and delay-agnostic mode, so the echo
-/// path's delay need not be known; `speex` — speexdsp's MDF adaptive filter with its residual-echo
-/// suppressor, whose filter covers `filter_ms` after `delay_ms`. bench/aec-bench.py compares them with
-/// the PulseAudio module on the same signals (bench/results/aec.md).
+/// `module-echo-cancel` uses by default, here with low residual suppression (moderate, PulseAudio's
+/// setting, cancels no more echo on the benchmark but cuts into the near talker during double talk);
+/// `speex` — speexdsp's MDF adaptive filter with its residual-echo suppressor: leaves the near talker
+/// almost untouched but needs some seconds of far-end speech to converge. Both get the echo path's delay
+/// from an estimator of the canceller (mic against reference every 250 ms, up to 500 ms), so it need not
+/// be known; `delay_ms` is where it starts. bench/aec-bench.py compares them with the PulseAudio module on
+/// the same signals (bench/results/aec.md).
 ///
 /// How `ref` lines up with `in` (`reference`):
 /// - `arrival` (live graphs): the reference is what is being played now. Each 10 ms of microphone
@@ -193,6 +196,9 @@ public actor AECNode: Node {
         }
         vp_aec_set_delay_ms(c, Int32(configuration.delayMs))
         if configuration.noiseSuppression > 0 { _ = vp_aec_set_noise_suppression(c, Int32(configuration.noiseSuppression)) }
+        if let level = configuration.suppression, vp_aec_set_suppression(c, Int32(level)) < 0 {
+            throw NodeError("aec_failed", "suppression \(level) is out of range for engine \(configuration.engine.rawValue) (webrtc: 0...2, speex: 0...3)")
+        }
         handle = EchoCancellerHandle(c)
         micFormat = format
         refBuffer = []
@@ -272,14 +278,16 @@ public actor AECNode: Node {
         public var filterMs: Int
         public var maxRefMs: Int
         public var noiseSuppression: Int
+        public var suppression: Int?
         public var statsIntervalMs: Int
         public static let parameters: [ParamSpec] = [
             ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: "webrtc",
                       doc: "webrtc: webrtc-audio-processing's AEC (PulseAudio's module-echo-cancel engine), finds the echo delay itself; speex: speexdsp's MDF filter"),
             ParamSpec("reference", .choice(Reference.allCases.map(\.rawValue)), default: "arrival",
                       doc: "arrival: ref is what plays now (live); pts: line ref and in up by timestamps (files)"),
-            ParamSpec("delay_ms", .int(0...500), default: 0, doc: "known delay of the echo behind the reference (playback + capture buffering); a hint for webrtc, the filter's offset for speex"),
-            ParamSpec("filter_ms", .int(0...1000), default: 0, doc: "echo tail the speex filter covers (0 = 200 ms); webrtc's is fixed"),
+            ParamSpec("delay_ms", .int(0...500), default: 0, doc: "delay of the echo behind the reference to start from (the estimator refines it)"),
+            ParamSpec("filter_ms", .int(0...1000), default: 0, doc: "echo tail the filter covers: speex 0 = 100 ms after the delay; webrtc ≤ 64 normal (48 ms), > 64 extended (128 ms)"),
+            ParamSpec("suppression", .int(0...3), doc: "residual echo suppression: webrtc 0 low (default), 1 moderate, 2 high; speex 0 off, 1, 2 (default), 3"),
             ParamSpec("max_ref_ms", .int(20...10_000), default: 1000, doc: "arrival: reference held at most; older is dropped (ref_dropped_ms)"),
             ParamSpec("noise_suppression", .int(0...4), default: 0, doc: "noise suppression level (0 = off)"),
             ParamSpec("stats_interval_ms", .int(0...3_600_000), default: 5000, doc: "aec_stats event period (0 = only at the end)"),

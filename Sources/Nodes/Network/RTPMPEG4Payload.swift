@@ -6,14 +6,14 @@
 ///
 /// The SDP/caps a peer needs: `encoding-name=MPEG4-GENERIC, mode=AAC-hbr, sizelength=13, indexlength=3,
 /// indexdeltalength=3, streamtype=5, config=<AudioSpecificConfig in hex>`.
-enum RTPMPEG4Payload {
+public enum RTPMPEG4Payload {
     /// Largest payload before an access unit is fragmented (fits a 1,500-byte MTU with IP/UDP/RTP headers).
-    static let maxPayload = 1400
+    public static let maxPayload = 1400
     /// Largest access unit the 13-bit size field can describe.
-    static let maxUnit = 8191
+    public static let maxUnit = 8191
 
     /// Payloads (with `marker`) carrying one access unit.
-    static func packetize(_ unit: [UInt8]) -> [(payload: [UInt8], marker: Bool)] {
+    public static func packetize(_ unit: [UInt8]) -> [(payload: [UInt8], marker: Bool)] {
         precondition(unit.count <= maxUnit, "AAC access unit of \(unit.count) bytes exceeds RFC 3640's 13-bit size")
         let header: [UInt8] = [0x00, 0x10, UInt8(unit.count >> 5), UInt8((unit.count & 0x1F) << 3)]
         let room = maxPayload - header.count
@@ -29,19 +29,20 @@ enum RTPMPEG4Payload {
     }
 
     /// Why a payload was refused.
-    enum Problem: Error, Equatable {
+    public enum Problem: Error, Equatable {
         case malformed(String)
     }
 
     /// Reassembles access units from payloads in arrival order; keeps a fragmented unit between packets.
-    struct Depacketizer {
+    public struct Depacketizer: Sendable {
+        public init() {}
         private var fragment: [UInt8] = []
         private var fragmentSize = 0
         private var fragmentTimestamp: UInt32 = 0
 
         /// The complete access units in `payload` (with their index in the packet: unit `i` starts at
         /// timestamp + i × 1,024). A fragment that does not continue the held one discards it.
-        mutating func units(in payload: [UInt8], marker: Bool, timestamp: UInt32) throws(Problem) -> [[UInt8]] {
+        public mutating func units(in payload: [UInt8], marker: Bool, timestamp: UInt32) throws(Problem) -> [[UInt8]] {
             guard payload.count >= 2 else { throw .malformed("payload shorter than the AU-headers-length field") }
             let headerBits = Int(payload[0]) << 8 | Int(payload[1])
             guard headerBits > 0, headerBits % 16 == 0 else {

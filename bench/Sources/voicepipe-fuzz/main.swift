@@ -190,6 +190,39 @@ let targets: [Target] = [
                let cut = bytes.isEmpty ? 0 : Int(bytes[0]) % (bytes.count + 1)
                if (try? split.push(bytes[..<cut])) != nil { _ = try? split.push(bytes[cut...]) }
            }),
+    Target(name: "aac-rtp", text: false,
+           dictionary: [[0x00, 0x10], [0x00, 0x20], [0xFF, 0xF8], [0x1F, 0xFF], [0x00, 0x00]].map { String(decoding: $0, as: UTF8.self) },
+           seeds: {
+               RTPMPEG4Payload.packetize((0..<200).map { UInt8($0 & 0xFF) }).map(\.payload)
+                   + RTPMPEG4Payload.packetize((0..<3000).map { UInt8($0 & 0xFF) }).map(\.payload)
+                   + [[0x00, 0x20, 0x00, 0x18, 0x00, 0x10, 1, 2, 3, 4, 5]]
+           },
+           run: { bytes in
+               // A packet as it comes, then the same bytes as the fragments of one unit (the reassembly path).
+               var d = RTPMPEG4Payload.Depacketizer()
+               _ = try? d.units(in: bytes, marker: bytes.first.map { $0 & 1 == 1 } ?? true, timestamp: 7)
+               let cut = bytes.isEmpty ? 0 : Int(bytes[0]) % (bytes.count + 1)
+               _ = try? d.units(in: Array(bytes[..<cut]), marker: false, timestamp: 9)
+               _ = try? d.units(in: Array(bytes[cut...]), marker: true, timestamp: 9)
+           }),
+    Target(name: "mdns", text: false,
+           dictionary: [[0xC0, 0x0C], [0xC0, 0x00], [0x00, 0x0C], [0x00, 0x21], [0x00, 0x10], [0x80, 0x01], [0x3F]].map { String(decoding: $0, as: UTF8.self) },
+           seeds: {
+               let name = DNSMessage.Name("peer._voicepipe-intercom._udp.local")
+               let answer = DNSMessage(flags: DNSMessage.responseFlags, answers: [
+                   .init(name: "_voicepipe-intercom._udp.local", ttl: 10, data: .ptr(name)),
+                   .init(name: name, ttl: 10, data: .srv(priority: 0, weight: 0, port: 5006, target: "vp-1.local")),
+                   .init(name: name, ttl: 10, data: .txt([Array("id=abc".utf8), Array("ctl=4000".utf8)])),
+                   .init(name: "vp-1.local", ttl: 10, data: .a([10, 0, 0, 1])),
+               ])
+               let query = DNSMessage(questions: [.init(name: "_voicepipe-intercom._udp.local", type: .ptr, recordClass: DNSMessage.classIN, unicastResponse: false)])
+               return [(try? answer.encode()) ?? [], (try? answer.encode(compress: false)) ?? [], (try? query.encode()) ?? []]
+                   + [Array(#"{"type":"invite","id":"00ff","rtp_port":5006,"codec":"opus"}"#.utf8)]
+           },
+           run: { bytes in
+               _ = try? DNSMessage.decode(bytes)
+               _ = IntercomMessage.decode(bytes)
+           }),
 ]
 
 // MARK: - Mutation
