@@ -31,7 +31,7 @@ public enum Voicepipe {
         CLIContext.extraCommands.withLock { $0 = commands }
         do {
             var command = try RootCommand.parseAsRoot(arguments)
-            if !(command is RunCommand) { SignalCenter.releaseForNonRunCommand() }
+            if !(command is RunCommand) && !(command is ServeCommand) { SignalCenter.releaseForNonRunCommand() }
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
@@ -74,7 +74,7 @@ struct RootCommand: AsyncParsableCommand {
           voicepipe nodes vad
           voicepipe graph pipelines/intercom.yaml --format mermaid
         """,
-        subcommands: [RunCommand.self, ValidateCommand.self, NodesCommand.self, GraphCommand.self, DevicesCommand.self]
+        subcommands: [RunCommand.self, ServeCommand.self, ValidateCommand.self, NodesCommand.self, GraphCommand.self, DevicesCommand.self]
             + CLIContext.extraCommands.withLock { $0 }
     ) }
 }

@@ -117,7 +117,7 @@ public enum GraphLoader {
     // MARK: - Substitution
 
     /// Replaces `${VAR}` and `${VAR:-default}`; `$$` stands for a literal `$`.
-    static func substitute(_ text: String, file: String, environment: [String: String], issues: inout [GraphIssue]) -> String {
+    public static func substitute(_ text: String, file: String, environment: [String: String], issues: inout [GraphIssue]) -> String {
         guard text.contains("$") else { return text }
         var out = ""
         out.reserveCapacity(text.utf8.count)

@@ -1,0 +1,59 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PipelineCore
+
+/// `voicepipe serve FILE`: pipelines as a network service (see ``ServeConfiguration``, ``ServeServer``).
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Serve graph templates over the network: each connection is a session running its own graph",
+        discussion: """
+        FILE names where to listen, max_sessions, and routes (protocol tencent-asr | websocket, a path, a graph
+        template with one app-source). GET /healthz, /readyz (503 while draining or full) and /metrics (Prometheus).
+        SIGTERM or SIGINT drains: no new sessions, running ones may finish for drain_grace_s, then end cleanly.
+        Example: voicepipe serve pipelines/serve.yaml
+        """)
+
+    @Argument(help: "Serve configuration (YAML).") var file: String
+    @Option(name: .long, help: "Override listen.port (0 = any free port; the port is printed).") var port: Int?
+    @Flag(name: .long, help: "Check the configuration and every graph template, then exit.") var check = false
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error.") var logLevel: String = "info"
+    @OptionGroup var plugin: PluginOptions
+
+    func run() async throws {
+        let registry = try plugin.registry()
+        var config: ServeConfiguration
+        do {
+            config = try ServeConfiguration.load(path: file, registry: registry)
+        } catch let e as GraphError {
+            FileHandle.standardError.write(Data((e.description + "\n").utf8))
+            throw ExitCode(2)
+        }
+        if let port { config.listen.port = port }
+        if check {
+            print("\(file): ok (\(config.routes.count) route\(config.routes.count == 1 ? "" : "s"))")
+            return
+        }
+        var logger = Logger(label: "voicepipe.serve")
+        logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        let server = ServeServer(configuration: config, logger: logger)
+        let bound: Int
+        do {
+            bound = try await server.start()
+        } catch {
+            FileHandle.standardError.write(Data("voicepipe serve: cannot listen on \(config.listen.host):\(config.listen.port): \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        // One line on stdout that scripts and tests can read.
+        let line = "listening on \(config.listen.host):\(bound) (\(config.routes.map { "\($0.name) \($0.path ?? ":\($0.port ?? 0)")" }.joined(separator: ", ")))\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+        let stop = AsyncStream<Void>.makeStream()
+        SignalCenter.onFirstSignal { stop.continuation.yield(); stop.continuation.finish() }
+        for await _ in stop.stream { break }
+        await server.drain(grace: .seconds(config.drainGraceS))
+        await server.shutdown()
+        SignalCenter.release()
+        logger.notice("stopped")
+    }
+}

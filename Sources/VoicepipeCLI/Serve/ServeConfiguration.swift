@@ -1,0 +1,190 @@
+import Foundation
+import PipelineCore
+import Yams
+
+/// What `voicepipe serve FILE` reads (DESIGN.md, "voicepipe serve"): where to listen, how many sessions
+/// at once, and routes, each a protocol front-end and a graph template whose `app-source` receives the
+/// session's audio. Loaded and checked at start-up with `file:line:column` errors; every template is
+/// validated as `voicepipe validate` would.
+struct ServeConfiguration: Sendable {
+    /// Front-end protocols.
+    enum FrontEnd: String, Sendable, CaseIterable {
+        /// Tencent Cloud real-time ASR v2 (WebSocket, signed query).
+        case tencentASR = "tencent-asr"
+        /// Home Assistant's Wyoming speech-to-text (TCP, its own port).
+        case wyoming
+        /// Binary PCM in, JSON-lines events out (WebSocket).
+        case websocket
+    }
+
+    /// A key pair accepted on a `tencent-asr` route for one appid.
+    struct Key: Sendable {
+        var secretID: String
+        var secretKey: String
+    }
+
+    struct Route: Sendable {
+        var name: String
+        var kind: FrontEnd
+        /// HTTP path (WebSocket routes); `{appid}` matches one path segment.
+        var path: String?
+        /// TCP port (Wyoming).
+        var port: Int?
+        var graphPath: String
+        var graph: ValidatedGraph
+        /// The template's `app-source` node and the audio format it takes.
+        var sourceID: String
+        var format: AudioFormat
+        /// appid → keys (tencent-asr).
+        var keys: [String: [Key]]
+        /// Longest session, seconds; total audio bytes a session may send; silence before 4008 / close.
+        var maxDurationS: Int
+        var maxBytes: Int
+        var idleTimeoutMs: Int
+        /// Largest WebSocket message accepted.
+        var maxFrameBytes: Int
+    }
+
+    var listen: (host: String, port: Int) = ("0.0.0.0", 8080)
+    var maxSessions = 100
+    var drainGraceS = 30
+    var routes: [Route] = []
+
+    /// Loads `path`: `${VAR}` substitution, YAML, checks; throws a ``GraphError`` listing every problem.
+    static func load(path: String, registry: NodeRegistry, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ServeConfiguration {
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+            throw GraphError([GraphIssue(.structure, at: SourceLocation(file: path, line: 0, column: 0), "cannot read the serve configuration")])
+        }
+        var issues: [GraphIssue] = []
+        let substituted = GraphLoader.substitute(text, file: path, environment: environment, issues: &issues)
+        let root: Yams.Node?
+        do {
+            root = try Yams.compose(yaml: substituted)
+        } catch {
+            throw GraphError(issues + [GraphIssue(.syntax, at: SourceLocation(file: path, line: 0, column: 0), "YAML syntax error: \(error)")])
+        }
+        var config = ServeConfiguration()
+        func at(_ n: Yams.Node) -> SourceLocation {
+            SourceLocation(file: path, line: (n.mark?.line ?? 0), column: (n.mark?.column ?? 0))
+        }
+        func problem(_ n: Yams.Node, _ message: String) { issues.append(GraphIssue(.structure, at: at(n), message)) }
+        func int(_ n: Yams.Node, _ name: String, _ range: ClosedRange<Int>) -> Int? {
+            guard let v = n.scalar.flatMap({ Int($0.string) }), range.contains(v) else {
+                problem(n, "\(name): expected an integer in \(range.lowerBound)...\(range.upperBound), got '\(n.scalar?.string ?? "a collection")'")
+                return nil
+            }
+            return v
+        }
+        guard let root, let top = root.mapping else {
+            throw GraphError(issues + [GraphIssue(.structure, at: SourceLocation(file: path, line: 1, column: 1),
+                                                  "a serve configuration is a mapping with `listen:`, `max_sessions:` and `routes:`")])
+        }
+        let baseDir = (path as NSString).deletingLastPathComponent
+        for (k, v) in top {
+            switch k.string ?? "" {
+            case "listen":
+                guard let m = v.mapping else { problem(v, "listen: expected { host: 0.0.0.0, port: 8080 }"); continue }
+                for (lk, lv) in m {
+                    switch lk.string ?? "" {
+                    case "host": config.listen.host = lv.string ?? config.listen.host
+                    case "port": if let p = int(lv, "listen.port", 0...65535) { config.listen.port = p }
+                    default: problem(lk, "listen: unknown key '\(lk.string ?? "?")'; expected host, port")
+                    }
+                }
+            case "max_sessions": if let n = int(v, "max_sessions", 1...100_000) { config.maxSessions = n }
+            case "drain_grace_s": if let n = int(v, "drain_grace_s", 0...3600) { config.drainGraceS = n }
+            case "nats":
+                problem(k, "nats: publishing session events to NATS is not available in this version; remove the key")
+            case "routes":
+                guard let list = v.sequence else { problem(v, "routes: expected a list of routes"); continue }
+                for r in list {
+                    if let route = parseRoute(r, baseDir: baseDir, registry: registry, environment: environment, problem: problem, int: int, issues: &issues) {
+                        config.routes.append(route)
+                    }
+                }
+            default:
+                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, routes")
+            }
+        }
+        if config.routes.isEmpty && issues.isEmpty { problem(root, "no routes: add at least one under `routes:`") }
+        var names = Set<String>(), paths = Set<String>()
+        for r in config.routes {
+            if !names.insert(r.name).inserted { issues.append(GraphIssue(.structure, at: SourceLocation(file: path, line: 0, column: 0), "two routes are named '\(r.name)'")) }
+            if let p = r.path, !paths.insert(p).inserted { issues.append(GraphIssue(.structure, at: SourceLocation(file: path, line: 0, column: 0), "two routes serve the path \(p)")) }
+        }
+        if !issues.isEmpty { throw GraphError(issues) }
+        return config
+    }
+
+    private static func parseRoute(_ n: Yams.Node, baseDir: String, registry: NodeRegistry, environment: [String: String],
+                                   problem: (Yams.Node, String) -> Void, int: (Yams.Node, String, ClosedRange<Int>) -> Int?,
+                                   issues: inout [GraphIssue]) -> Route? {
+        guard let m = n.mapping else { problem(n, "a route is a mapping with name, protocol, path or port, and graph"); return nil }
+        var name: String?, kind: FrontEnd?, path: String?, port: Int?, graph: String?
+        var keys: [String: [Key]] = [:]
+        var maxDuration = 3600, maxBytes = 512 * 1024 * 1024, idle = 15_000, maxFrame = 1 << 20
+        for (k, v) in m {
+            switch k.string ?? "" {
+            case "name": name = v.string
+            case "protocol":
+                kind = v.string.flatMap(FrontEnd.init(rawValue:))
+                if kind == nil { problem(v, "protocol: expected one of \(FrontEnd.allCases.map(\.rawValue).joined(separator: ", ")), got '\(v.string ?? "?")'") }
+            case "path":
+                path = v.string
+                if !(path?.hasPrefix("/") ?? false) { problem(v, "path: expected an absolute HTTP path such as /asr/v2/{appid}") }
+            case "port": port = int(v, "port", 1...65535)
+            case "graph": graph = v.string
+            case "max_duration_s": maxDuration = int(v, "max_duration_s", 1...86_400) ?? maxDuration
+            case "max_bytes": maxBytes = int(v, "max_bytes", 1024...(1 << 40)) ?? maxBytes
+            case "idle_timeout_ms": idle = int(v, "idle_timeout_ms", 100...3_600_000) ?? idle
+            case "max_frame_bytes": maxFrame = int(v, "max_frame_bytes", 1024...(16 << 20)) ?? maxFrame
+            case "keys":
+                guard let km = v.mapping else { problem(v, "keys: expected { \"APPID\": { secret_id: …, secret_key: … } }"); continue }
+                for (appid, entry) in km {
+                    let list = entry.sequence.map(Array.init) ?? [entry]
+                    for e in list {
+                        guard let em = e.mapping, let id = em["secret_id"]?.string, let key = em["secret_key"]?.string, !id.isEmpty, !key.isEmpty else {
+                            problem(e, "keys.\(appid.string ?? "?"): expected { secret_id: …, secret_key: … } with both set")
+                            continue
+                        }
+                        keys[appid.string ?? "", default: []].append(Key(secretID: id, secretKey: key))
+                    }
+                }
+            default:
+                problem(k, "route: unknown key '\(k.string ?? "?")'; expected name, protocol, path, port, graph, keys, max_duration_s, max_bytes, idle_timeout_ms, max_frame_bytes")
+            }
+        }
+        guard let kind else { if m["protocol"] == nil { problem(n, "route: missing `protocol:`") }; return nil }
+        guard let graph else { problem(n, "route: missing `graph:` (a graph template with one app-source node)"); return nil }
+        let routeName = name ?? kind.rawValue
+        switch kind {
+        case .wyoming:
+            problem(n, "route '\(routeName)': the wyoming front-end is not available in this version; use protocol tencent-asr or websocket")
+            return nil
+        case .tencentASR, .websocket:
+            if path == nil { problem(n, "route '\(routeName)': a \(kind.rawValue) route needs `path:`"); return nil }
+            if kind == .tencentASR && keys.isEmpty { problem(n, "route '\(routeName)': a tencent-asr route needs `keys:` (appid → secret_id, secret_key)"); return nil }
+        default: break
+        }
+        let graphPath = graph.hasPrefix("/") ? graph : (baseDir.isEmpty ? graph : baseDir + "/" + graph)
+        let resolvedPath = FileManager.default.fileExists(atPath: graphPath) ? graphPath : graph
+        let validated: ValidatedGraph
+        do {
+            validated = try GraphValidator.load(path: resolvedPath, registry: registry, environment: environment)
+        } catch let e as GraphError {
+            issues.append(contentsOf: e.issues)
+            return nil
+        } catch {
+            problem(n, "route '\(routeName)': graph \(graph): \(error)")
+            return nil
+        }
+        let sources = validated.nodes.filter { $0.descriptor.type == "app-source" }
+        guard sources.count == 1, let source = sources.first, let c = source.configuration as? AppSourceNode.Configuration else {
+            problem(n, "route '\(routeName)': the graph \(graph) must have exactly one app-source node (it has \(sources.count)); the session's audio goes there")
+            return nil
+        }
+        return Route(name: routeName, kind: kind, path: path, port: port, graphPath: resolvedPath, graph: validated, sourceID: source.id,
+                     format: AudioFormat(sampleRate: c.rate, channels: c.channels), keys: keys, maxDurationS: maxDuration,
+                     maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame)
+    }
+}

@@ -1,0 +1,242 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
+import PipelineCore
+import Synchronization
+
+/// The HTTP/WebSocket server of `voicepipe serve`: `/healthz`, `/readyz`, `/metrics`, and a WebSocket
+/// upgrade per route path, each connection a session (``ServeSession``) running a fresh instance of the
+/// route's graph.
+final class ServeServer: Sendable {
+    let configuration: ServeConfiguration
+    let metrics = ServeMetrics()
+    let logger: Logger
+    private let group: MultiThreadedEventLoopGroup
+    private struct State {
+        var draining = false
+        var sessions: [ObjectIdentifier: ServeSession] = [:]
+        var channels: [any Channel] = []
+    }
+    private let state = Mutex(State())
+
+    init(configuration: ServeConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+        group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+    }
+
+    var isDraining: Bool { state.withLock { $0.draining } }
+    var sessionCount: Int { state.withLock { $0.sessions.count } }
+    var isReady: Bool { state.withLock { !$0.draining && $0.sessions.count < configuration.maxSessions } }
+
+    /// Binds the HTTP listener (and the Wyoming ports). Returns the HTTP port (useful with port 0).
+    func start() async throws -> Int {
+        let server = self
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let box = RouteBox()
+                    let upgrader = NIOWebSocketServerUpgrader(
+                        maxFrameSize: server.maxFrameSize,
+                        shouldUpgrade: { ch, head in
+                            let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
+                            guard let (route, captures) = server.route(for: path) else { return ch.eventLoop.makeSucceededFuture(nil) }
+                            guard !server.isDraining else { return ch.eventLoop.makeSucceededFuture(nil) }
+                            box.value = (route, captures)
+                            return ch.eventLoop.makeSucceededFuture(HTTPHeaders())
+                        },
+                        upgradePipelineHandler: { ch, head in
+                            ch.eventLoop.makeCompletedFuture {
+                                guard let (route, captures) = box.value else { throw ChannelError.inappropriateOperationForState }
+                                let session = ServeSession(server: server, route: route, head: head, captures: captures, channel: ch)
+                                try ch.pipeline.syncOperations.addHandler(WebSocketSessionHandler(session: session))
+                            }
+                        })
+                    let endpoint = HTTPEndpointHandler(server: server)
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(
+                        withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
+                            // After the upgrade the connection carries WebSocket frames only.
+                            context.pipeline.syncOperations.removeHandler(endpoint, promise: nil)
+                        }))
+                    try channel.pipeline.syncOperations.addHandler(endpoint)
+                }
+            }
+        let channel = try await bootstrap.bind(host: configuration.listen.host, port: configuration.listen.port).get()
+        state.withLock { $0.channels.append(channel) }
+        return channel.localAddress?.port ?? configuration.listen.port
+    }
+
+    private var maxFrameSize: Int { configuration.routes.map(\.maxFrameBytes).max() ?? (1 << 20) }
+
+    /// The route whose path matches (`{name}` matches one segment), with the segments it captured.
+    func route(for path: String) -> (ServeConfiguration.Route, [String: String])? {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
+        for route in configuration.routes where route.kind != .wyoming {
+            guard let pattern = route.path?.split(separator: "/", omittingEmptySubsequences: true), pattern.count == parts.count else { continue }
+            var captures: [String: String] = [:]
+            var ok = true
+            for (p, s) in zip(pattern, parts) {
+                if p.hasPrefix("{") && p.hasSuffix("}") {
+                    captures[String(p.dropFirst().dropLast())] = String(s)
+                } else if p != s {
+                    ok = false
+                    break
+                }
+            }
+            if ok { return (route, captures) }
+        }
+        return nil
+    }
+
+    /// Admits a session unless the server is full or draining.
+    func admit(_ session: ServeSession) -> Bool {
+        state.withLock { s in
+            guard !s.draining, s.sessions.count < configuration.maxSessions else { return false }
+            s.sessions[ObjectIdentifier(session)] = session
+            return true
+        }
+    }
+
+    func remove(_ session: ServeSession) {
+        _ = state.withLock { $0.sessions.removeValue(forKey: ObjectIdentifier(session)) }
+    }
+
+    /// SIGTERM: stop accepting, let sessions end up to `grace`, then end the rest cleanly; close listeners.
+    func drain(grace: Duration) async {
+        let listeners = state.withLock { s -> [any Channel] in
+            s.draining = true
+            return s.channels
+        }
+        logger.notice("draining: no new sessions; \(sessionCount) running, waiting up to \(grace)")
+        for l in listeners { try? await l.close() }
+        let deadline = ContinuousClock.now + grace
+        while sessionCount > 0 && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        let left = state.withLock { Array($0.sessions.values) }
+        if !left.isEmpty { logger.notice("grace period over: ending \(left.count) session(s)") }
+        for s in left { s.endForShutdown() }
+        let until = ContinuousClock.now + .seconds(5)
+        while sessionCount > 0 && ContinuousClock.now < until {
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    func shutdown() async {
+        try? await group.shutdownGracefully()
+    }
+}
+
+/// Carries the matched route from `shouldUpgrade` to the upgrade handler (same channel, same event loop).
+private final class RouteBox: @unchecked Sendable {
+    var value: (ServeConfiguration.Route, [String: String])?
+}
+
+/// Plain HTTP requests: health, readiness, metrics; 404 for anything else (a route path without an
+/// upgrade gets 426).
+private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+    let server: ServeServer
+    private var head: HTTPRequestHead?
+
+    init(server: ServeServer) { self.server = server }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let h): head = h
+        case .body: break
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            respond(context, head)
+        }
+    }
+
+    private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
+        let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
+        let (status, type, body): (HTTPResponseStatus, String, String)
+        switch (head.method, path) {
+        case (.GET, "/healthz"): (status, type, body) = (.ok, "text/plain", "ok\n")
+        case (.GET, "/readyz"):
+            if server.isDraining { (status, type, body) = (.serviceUnavailable, "text/plain", "draining\n") }
+            else if !server.isReady { (status, type, body) = (.serviceUnavailable, "text/plain", "full: \(server.sessionCount) of \(server.configuration.maxSessions) sessions\n") }
+            else { (status, type, body) = (.ok, "text/plain", "ready\n") }
+        case (.GET, "/metrics"):
+            (status, type, body) = (.ok, "text/plain; version=0.0.4", server.metrics.render(draining: server.isDraining, maxSessions: server.configuration.maxSessions))
+        default:
+            if server.route(for: path) != nil {
+                (status, type, body) = server.isDraining ? (.serviceUnavailable, "text/plain", "draining\n")
+                    : (.upgradeRequired, "text/plain", "this path takes a WebSocket connection\n")
+            } else {
+                (status, type, body) = (.notFound, "text/plain", "not found\n")
+            }
+        }
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: type)
+        headers.add(name: "Content-Length", value: "\(body.utf8.count)")
+        headers.add(name: "Connection", value: "close")
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: body)))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { [channel = context.channel] _ in channel.close(promise: nil) }
+    }
+}
+
+/// Passes WebSocket frames of one connection to its session.
+private final class WebSocketSessionHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+    let session: ServeSession
+    private var fragments: ByteBuffer?
+    private var fragmentOpcode: WebSocketOpcode = .binary
+
+    init(session: ServeSession) { self.session = session }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        session.start()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.opcode {
+        case .binary, .text:
+            if frame.fin {
+                session.received(frame.opcode == .text ? .text(frame.unmaskedData) : .binary(frame.unmaskedData))
+            } else {
+                fragments = frame.unmaskedData
+                fragmentOpcode = frame.opcode
+            }
+        case .continuation:
+            var data = frame.unmaskedData
+            fragments?.writeBuffer(&data)
+            if frame.fin, let whole = fragments {
+                fragments = nil
+                if whole.readableBytes > session.route.maxFrameBytes { session.tooLarge(); return }
+                session.received(fragmentOpcode == .text ? .text(whole) : .binary(whole))
+            } else if let f = fragments, f.readableBytes > session.route.maxFrameBytes {
+                fragments = nil
+                session.tooLarge()
+            }
+        case .connectionClose:
+            session.received(.close)
+        case .ping:
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        default:
+            break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        session.disconnected()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}

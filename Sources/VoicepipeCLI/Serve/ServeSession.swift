@@ -1,0 +1,307 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOWebSocket
+import Nodes
+import PipelineCore
+import Synchronization
+
+/// One WebSocket connection of `voicepipe serve`: a fresh instance of the route's graph, fed with the
+/// connection's audio (little-endian s16 PCM in the format of the graph's `app-source`) and answering
+/// with its events, in the route's protocol:
+///
+/// - `websocket`: every event as one JSON object per text message (the `jsonl-sink` format); a text
+///   message `{"type":"end"}` (or closing) ends the audio, the last events follow, then a normal close.
+/// - `tencent-asr`: Tencent's real-time ASR v2 (``TencentFrontEnd``): the signed query is checked, then
+///   `{"code":0,...}`; `transcript` events become result messages (`slice_type` 0/1/2, `index`,
+///   `voice_text_str`), `{"type":"end"}` is answered with the last results and `final: 1`; errors are the
+///   service's codes (4002 signature, 4006 too many sessions, 4008 no audio for the idle time, ...).
+///
+/// A session ends cleanly on the client's end, at `max_duration_s` (the audio so far is finished) and at
+/// shutdown; a disconnected client stops the graph at once. Nothing a session does affects another.
+final class ServeSession: Sendable {
+    enum Inbound: Sendable {
+        case binary(ByteBuffer)
+        case text(ByteBuffer)
+        case close
+    }
+
+    let server: ServeServer
+    let route: ServeConfiguration.Route
+    let captures: [String: String]
+    let channel: any Channel
+    let head: HTTPRequestHead
+    let opened = ContinuousClock.now
+    private let inbox: AsyncStream<Inbound>.Continuation
+    private let messages: AsyncStream<Inbound>
+
+    private struct State {
+        var pipeline: Pipeline?
+        var finished = false            // no more audio will be pushed
+        var closed = false              // the connection is gone or closing
+        var outcome = "completed"
+        var bytes = 0
+        var lastAudio = ContinuousClock.now
+        var firstResultSent = false
+        var tencent = TencentFrontEnd.State()
+    }
+    private let state = Mutex(State())
+
+    init(server: ServeServer, route: ServeConfiguration.Route, head: HTTPRequestHead, captures: [String: String], channel: any Channel) {
+        self.server = server
+        self.route = route
+        self.head = head
+        self.captures = captures
+        self.channel = channel
+        (messages, inbox) = AsyncStream.makeStream(of: Inbound.self, bufferingPolicy: .unbounded)
+    }
+
+    private var logger: Logger { server.logger }
+
+    /// Called once the upgrade is complete.
+    func start() {
+        Task { await self.run() }
+    }
+
+    func received(_ message: Inbound) { inbox.yield(message) }
+
+    func tooLarge() {
+        server.metrics.error(route: route.name, code: "message_too_large")
+        fail(code: 4001, websocketCode: "message_too_large", message: "message larger than \(route.maxFrameBytes) bytes", close: .messageTooLarge)
+    }
+
+    func disconnected() {
+        let wasOpen = state.withLock { s -> Bool in
+            defer { s.closed = true }
+            if !s.finished { s.outcome = "disconnected" }
+            return !s.closed
+        }
+        if wasOpen { inbox.finish() }
+        state.withLock { $0.pipeline }?.stop()
+    }
+
+    /// Shutdown after the drain grace period: end the audio; the last results are sent, then the close.
+    func endForShutdown() {
+        state.withLock { if $0.outcome == "completed" { $0.outcome = "shutdown" } }
+        inbox.finish()
+    }
+
+    // MARK: running
+
+    private func run() async {
+        var voiceID = "session"
+        if route.kind == .tencentASR {
+            switch TencentFrontEnd.check(head: head, captures: captures, route: route) {
+            case .failure(let problem):
+                server.metrics.refused(route: route.name, code: "\(problem.code)")
+                logger.info("route '\(route.name)': refused (\(problem.code) \(problem.message))")
+                send(json: ["code": problem.code, "message": problem.message, "voice_id": problem.voiceID])
+                closeSoon()
+                return
+            case .success(let v):
+                voiceID = v
+            }
+        }
+        guard server.admit(self) else {
+            let code = server.isDraining ? "draining" : "busy"
+            server.metrics.refused(route: route.name, code: code)
+            fail(code: 4006, websocketCode: code, message: server.isDraining ? "the server is shutting down" : "too many sessions (max_sessions \(server.configuration.maxSessions))",
+                 close: .unexpectedServerError, voiceID: voiceID)
+            return
+        }
+        server.metrics.sessionStarted(route: route.name)
+        defer { server.remove(self) }
+        let pipeline: Pipeline
+        do {
+            pipeline = try Pipeline(graph: route.graph, logger: Logger(label: "voicepipe.serve.\(route.name)"))
+        } catch {
+            server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: 0, drops: 0, mediaAgeP99Ms: nil)
+            fail(code: 4000, websocketCode: "graph_failed", message: "cannot start the graph: \(error)", close: .unexpectedServerError, voiceID: voiceID)
+            return
+        }
+        state.withLock { $0.pipeline = pipeline }
+        if state.withLock({ $0.closed }) { pipeline.stop() }
+        if route.kind == .tencentASR { send(json: ["code": 0, "message": "success", "voice_id": voiceID]) }
+        let events = pipeline.events(buffer: 10_000)
+        let forwarding = Task { [self] in
+            for await e in events { self.forward(e, voiceID: voiceID) }
+        }
+        let running = Task { try await pipeline.run() }
+        let watchdog = Task { [self] in await self.watch(voiceID: voiceID) }
+        await feed(pipeline)
+        watchdog.cancel()
+        var failure: (any Error)?
+        do { try await running.value } catch { failure = error }
+        // The bus ends with the pipeline; the forwarder may still be writing the last events.
+        _ = await forwarding.value
+        let stats = pipeline.edgeStats
+        let drops = stats.reduce(0) { $0 + Int($1.dropped) }
+        let age = pipeline.sinkAges.map(\.age.p99Ms).max()
+        let outcome = state.withLock { s -> String in
+            if failure != nil && s.outcome == "completed" { s.outcome = "error" }
+            return s.outcome
+        }
+        let seconds = Self.seconds(ContinuousClock.now - opened)
+        server.metrics.sessionEnded(route: route.name, outcome: outcome, seconds: seconds, drops: drops, mediaAgeP99Ms: age)
+        if let failure {
+            server.metrics.error(route: route.name, code: "graph_failed")
+            logger.warning("route '\(route.name)': session graph failed: \(failure)")
+            fail(code: 4000, websocketCode: "graph_failed", message: "\(failure)", close: .unexpectedServerError, voiceID: voiceID)
+            return
+        }
+        if route.kind == .tencentASR && outcome != "disconnected" {
+            let id = state.withLock { s -> Int in s.tencent.messages += 1; return s.tencent.messages }
+            send(json: ["code": 0, "message": "success", "voice_id": voiceID, "message_id": "\(voiceID)_\(id)", "final": 1])
+        }
+        close(.normalClosure)
+    }
+
+    /// Pushes the client's audio into the graph until the client ends it (or leaves, or a limit is hit).
+    private func feed(_ pipeline: Pipeline) async {
+        guard let source = pipeline.appSource(route.sourceID) else { return }
+        let channels = route.format.channels
+        var carry: UInt8?
+        for await message in messages {
+            switch message {
+            case .binary(var buffer):
+                let n = buffer.readableBytes
+                let over = state.withLock { s -> Bool in
+                    s.bytes += n
+                    s.lastAudio = .now
+                    return s.bytes > route.maxBytes
+                }
+                server.metrics.audio(route: route.name, bytes: n)
+                if over {
+                    server.metrics.error(route: route.name, code: "max_bytes")
+                    state.withLock { $0.outcome = "limit" }
+                    logger.info("route '\(route.name)': session reached max_bytes (\(route.maxBytes)); ending its audio")
+                    break
+                }
+                var bytes = buffer.readBytes(length: n) ?? []
+                if let c = carry { bytes.insert(c, at: 0); carry = nil }
+                if bytes.count % 2 == 1 { carry = bytes.removeLast() }
+                var samples = [Int16](repeating: 0, count: bytes.count / 2)
+                for i in 0..<samples.count { samples[i] = Int16(bitPattern: UInt16(bytes[2 * i]) | UInt16(bytes[2 * i + 1]) << 8) }
+                let whole = samples.count - samples.count % channels
+                if whole > 0 { await source.push(whole == samples.count ? samples : Array(samples[0..<whole])) }
+                continue
+            case .text(var buffer):
+                let text = buffer.readString(length: buffer.readableBytes) ?? ""
+                if Self.isEnd(text) { break }
+                server.metrics.error(route: route.name, code: "unknown_message")
+                if route.kind == .tencentASR {
+                    fail(code: 4010, websocketCode: "unknown_message", message: "unknown text message", close: .protocolError)
+                    state.withLock { $0.outcome = "error" }
+                    break
+                }
+                continue
+            case .close:
+                break
+            }
+            break
+        }
+        state.withLock { $0.finished = true }
+        source.finish()
+    }
+
+    /// Ends the audio at `max_duration_s`; Tencent's 4008 (websocket: an `idle` error) after `idle_timeout_ms` without audio.
+    private func watch(voiceID: String) async {
+        let limit = ContinuousClock.now + .seconds(route.maxDurationS)
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(100))
+            if Task.isCancelled { return }
+            let (last, finished) = state.withLock { ($0.lastAudio, $0.finished) }
+            if finished { return }
+            if ContinuousClock.now >= limit {
+                server.metrics.error(route: route.name, code: "max_duration")
+                state.withLock { $0.outcome = "limit" }
+                logger.info("route '\(route.name)': session reached max_duration_s (\(route.maxDurationS)); ending its audio")
+                inbox.finish()
+                return
+            }
+            if ContinuousClock.now - last > .milliseconds(route.idleTimeoutMs) {
+                server.metrics.error(route: route.name, code: "idle")
+                state.withLock { $0.outcome = "idle" }
+                fail(code: 4008, websocketCode: "idle", message: "no audio for \(route.idleTimeoutMs) ms", close: .normalClosure, voiceID: voiceID)
+                state.withLock { $0.pipeline }?.stop()
+                inbox.finish()
+                return
+            }
+        }
+    }
+
+    private static func isEnd(_ text: String) -> Bool {
+        guard let data = text.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            return text.trimmingCharacters(in: .whitespacesAndNewlines) == "end"
+        }
+        return object["type"] as? String == "end"
+    }
+
+    // MARK: answering
+
+    private func forward(_ event: Event, voiceID: String) {
+        switch route.kind {
+        case .websocket:
+            send(text: event.jsonLine())
+            noteFirstResult()
+        case .tencentASR:
+            let messages = state.withLock { s in TencentFrontEnd.messages(for: event, voiceID: voiceID, state: &s.tencent) }
+            for m in messages {
+                send(json: m)
+                noteFirstResult()
+            }
+        case .wyoming:
+            break
+        }
+    }
+
+    private func noteFirstResult() {
+        let first = state.withLock { s -> Bool in defer { s.firstResultSent = true }; return !s.firstResultSent }
+        if first { server.metrics.firstResult(route: route.name, seconds: Self.seconds(ContinuousClock.now - opened)) }
+    }
+
+    /// The protocol's error, then the connection closes.
+    private func fail(code: Int, websocketCode: String, message: String, close: WebSocketErrorCode, voiceID: String? = nil) {
+        switch route.kind {
+        case .tencentASR:
+            send(json: ["code": code, "message": message, "voice_id": voiceID ?? captures["voice_id"] ?? ""])
+            closeSoon()
+        default:
+            send(text: Event("error", node: "serve", fields: [("code", .string(websocketCode)), ("message", .string(message))]).jsonLine())
+            self.close(close)
+        }
+    }
+
+    private func send(json object: [String: Any]) {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+        send(text: String(decoding: data, as: UTF8.self))
+    }
+
+    private func send(text: String) {
+        guard !state.withLock({ $0.closed }) else { return }
+        let buffer = channel.allocator.buffer(string: text)
+        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: buffer), promise: nil)
+    }
+
+    private func close(_ code: WebSocketErrorCode) {
+        let already = state.withLock { s -> Bool in defer { s.closed = true }; return s.closed }
+        guard !already else { return }
+        var buffer = channel.allocator.buffer(capacity: 2)
+        buffer.write(webSocketErrorCode: code)
+        let channel = self.channel
+        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: buffer)).whenComplete { _ in
+            channel.eventLoop.scheduleTask(in: .milliseconds(200)) { channel.close(promise: nil) }
+        }
+        inbox.finish()
+    }
+
+    /// Tencent closes a refused connection after its error message.
+    private func closeSoon() {
+        close(.normalClosure)
+    }
+
+    static func seconds(_ d: Duration) -> Double {
+        Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+}
