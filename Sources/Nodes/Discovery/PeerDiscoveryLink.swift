@@ -21,6 +21,9 @@ final class PeerDiscoveryLink: Sendable {
     private let settings: Settings
     private let destination = Mutex<UDPAddress?>(nil)
     private let generation = Atomic<Int>(0)
+    /// Instance names of the peers found so far, by their TXT `id` (a peer may invite before its
+    /// advertisement is resolved here).
+    private let names = Mutex<[String: String]>([:])
     private let parts = Mutex<(session: IntercomSession?, mdns: MulticastDNS?, task: Task<Void, Never>?)>((nil, nil, nil))
 
     init(settings: Settings) { self.settings = settings }
@@ -66,6 +69,7 @@ final class PeerDiscoveryLink: Sendable {
                 try? await context.emit("peer_found", [("instance", .string(peer.instance)), ("host", .string(peer.host)),
                                                        ("address", .string(peer.addresses.first ?? "")), ("port", .int(Int64(peer.port))),
                                                        ("codec", .string(peer.txt["codec"] ?? ""))])
+                if let id = peer.txt["id"] { names.withLock { $0[id] = peer.instance } }
                 session.peerFound(peer)
             case .lost(let instance):
                 try? await context.emit("peer_lost", [("instance", .string(instance))])
@@ -79,7 +83,8 @@ final class PeerDiscoveryLink: Sendable {
     private func follow(_ sessionEvents: AsyncStream<IntercomSession.Event>, context: NodeContext) async {
         for await event in sessionEvents {
             switch event {
-            case .connected(let peer, let rtp):
+            case .connected(var peer, let rtp):
+                if peer.instance == nil { peer.instance = names.withLock { $0[peer.id] } }
                 let address = try? UDPAddress.resolve(host: rtp.host, port: rtp.port)
                 destination.withLock { $0 = address }
                 generation.add(1, ordering: .relaxed)
@@ -87,7 +92,8 @@ final class PeerDiscoveryLink: Sendable {
                 context.logger.notice("connected to '\(peer.instance ?? peer.id)': sending RTP to \(rtp)")
                 try? await context.emit("connected", [("peer", .string(peer.instance ?? peer.id)), ("address", .string(rtp.host)),
                                                       ("port", .int(Int64(rtp.port)))])
-            case .disconnected(let peer, let reason):
+            case .disconnected(var peer, let reason):
+                if peer.instance == nil { peer.instance = names.withLock { $0[peer.id] } }
                 destination.withLock { $0 = nil }
                 context.logger.notice("'\(peer.instance ?? peer.id)' disconnected (\(reason)); waiting for it to come back")
                 try? await context.emit("disconnected", [("peer", .string(peer.instance ?? peer.id)), ("reason", .string(reason))])

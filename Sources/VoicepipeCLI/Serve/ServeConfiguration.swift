@@ -98,9 +98,10 @@ struct ServeConfiguration: Sendable {
             case "routes":
                 guard let list = v.sequence else { problem(v, "routes: expected a list of routes"); continue }
                 for r in list {
-                    if let route = parseRoute(r, baseDir: baseDir, registry: registry, environment: environment, problem: problem, int: int, issues: &issues) {
-                        config.routes.append(route)
-                    }
+                    var graphIssues: [GraphIssue] = []
+                    let route = parseRoute(r, baseDir: baseDir, registry: registry, environment: environment, problem: problem, int: int, graphIssues: &graphIssues)
+                    issues.append(contentsOf: graphIssues)
+                    if let route { config.routes.append(route) }
                 }
             default:
                 problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, routes")
@@ -118,7 +119,7 @@ struct ServeConfiguration: Sendable {
 
     private static func parseRoute(_ n: Yams.Node, baseDir: String, registry: NodeRegistry, environment: [String: String],
                                    problem: (Yams.Node, String) -> Void, int: (Yams.Node, String, ClosedRange<Int>) -> Int?,
-                                   issues: inout [GraphIssue]) -> Route? {
+                                   graphIssues issues: inout [GraphIssue]) -> Route? {
         guard let m = n.mapping else { problem(n, "a route is a mapping with name, protocol, path or port, and graph"); return nil }
         var name: String?, kind: FrontEnd?, path: String?, port: Int?, graph: String?
         var keys: [String: [Key]] = [:]
@@ -158,9 +159,7 @@ struct ServeConfiguration: Sendable {
         guard let graph else { problem(n, "route: missing `graph:` (a graph template with one app-source node)"); return nil }
         let routeName = name ?? kind.rawValue
         switch kind {
-        case .wyoming:
-            problem(n, "route '\(routeName)': the wyoming front-end is not available in this version; use protocol tencent-asr or websocket")
-            return nil
+        case .wyoming where port == nil: problem(n, "route '\(routeName)': a wyoming route needs `port:` (TCP)"); return nil
         case .tencentASR, .websocket:
             if path == nil { problem(n, "route '\(routeName)': a \(kind.rawValue) route needs `path:`"); return nil }
             if kind == .tencentASR && keys.isEmpty { problem(n, "route '\(routeName)': a tencent-asr route needs `keys:` (appid → secret_id, secret_key)"); return nil }

@@ -18,6 +18,7 @@ final class ServeServer: Sendable {
     private struct State {
         var draining = false
         var sessions: [ObjectIdentifier: ServeSession] = [:]
+        var wyoming: Set<ObjectIdentifier> = []
         var channels: [any Channel] = []
     }
     private let state = Mutex(State())
@@ -29,8 +30,8 @@ final class ServeServer: Sendable {
     }
 
     var isDraining: Bool { state.withLock { $0.draining } }
-    var sessionCount: Int { state.withLock { $0.sessions.count } }
-    var isReady: Bool { state.withLock { !$0.draining && $0.sessions.count < configuration.maxSessions } }
+    var sessionCount: Int { state.withLock { $0.sessions.count + $0.wyoming.count } }
+    var isReady: Bool { state.withLock { !$0.draining && $0.sessions.count + $0.wyoming.count < configuration.maxSessions } }
 
     /// Binds the HTTP listener (and the Wyoming ports). Returns the HTTP port (useful with port 0).
     func start() async throws -> Int {
@@ -68,6 +69,11 @@ final class ServeServer: Sendable {
             }
         let channel = try await bootstrap.bind(host: configuration.listen.host, port: configuration.listen.port).get()
         state.withLock { $0.channels.append(channel) }
+        for route in configuration.routes where route.kind == .wyoming {
+            let c = try await WyomingFrontEnd.bind(server: self, route: route, group: group)
+            state.withLock { $0.channels.append(c) }
+            logger.info("route '\(route.name)': Wyoming on TCP port \(c.localAddress?.port ?? route.port ?? 0)")
+        }
         return channel.localAddress?.port ?? configuration.listen.port
     }
 
@@ -96,10 +102,23 @@ final class ServeServer: Sendable {
     /// Admits a session unless the server is full or draining.
     func admit(_ session: ServeSession) -> Bool {
         state.withLock { s in
-            guard !s.draining, s.sessions.count < configuration.maxSessions else { return false }
+            guard !s.draining, s.sessions.count + s.wyoming.count < configuration.maxSessions else { return false }
             s.sessions[ObjectIdentifier(session)] = session
             return true
         }
+    }
+
+    /// The same for a Wyoming transcription.
+    func admitWyoming(_ token: WyomingToken) -> Bool {
+        state.withLock { s in
+            guard !s.draining, s.sessions.count + s.wyoming.count < configuration.maxSessions else { return false }
+            s.wyoming.insert(ObjectIdentifier(token))
+            return true
+        }
+    }
+
+    func removeWyoming(_ token: WyomingToken) {
+        _ = state.withLock { $0.wyoming.remove(ObjectIdentifier(token)) }
     }
 
     func remove(_ session: ServeSession) {
@@ -113,7 +132,7 @@ final class ServeServer: Sendable {
             return s.channels
         }
         logger.notice("draining: no new sessions; \(sessionCount) running, waiting up to \(grace)")
-        for l in listeners { try? await l.close() }
+        // The listeners stay up meanwhile: /readyz answers 503, a new session is refused with a 503.
         let deadline = ContinuousClock.now + grace
         while sessionCount > 0 && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(50))
@@ -125,6 +144,7 @@ final class ServeServer: Sendable {
         while sessionCount > 0 && ContinuousClock.now < until {
             try? await Task.sleep(for: .milliseconds(50))
         }
+        for l in listeners { try? await l.close() }
     }
 
     func shutdown() async {

@@ -61,9 +61,10 @@ struct IntercomDiscoveryTests {
 
         // A's log: connected, disconnected (the kill, within a few seconds), connected again.
         let log = ra.error
-        let connects = log.components(separatedBy: "connected to 'peer in \(Self.nsB)'").count - 1
+        // (A peer that invites before its advertisement is resolved is named by its id.)
+        let connects = log.components(separatedBy: "connected to '").count - 1
         #expect(connects == 2, "A connected \(connects) times:\n\(log.suffix(3000))")
-        #expect(log.contains("'peer in \(Self.nsB)' disconnected"), "\(log.suffix(3000))")
+        #expect(log.contains("disconnected (timeout)"), "\(log.suffix(3000))")
 
         // Audio both ways during the first call, and A to the returned B.
         let (_, heardByA) = try readWAV(hearsA)

@@ -1,0 +1,229 @@
+import Foundation
+import Testing
+
+/// `voicepipe serve`: a real server process, clients over loopback — voicepipe's own Tencent ASR client
+/// (written against the published protocol), and bench/serve_client.py (an independent WebSocket client
+/// in Python's standard library).
+@Suite("voicepipe serve", .serialized, .timeLimit(.minutes(3)))
+struct ServeTests {
+    static let client = packageRoot.appendingPathComponent("bench/serve_client.py").path
+
+    /// A free TCP port (bound and released; the server binds it right after).
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var a = sockaddr_in()
+        a.sin_family = sa_family_t(AF_INET)
+        a.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return Int(UInt16(bigEndian: a.sin_port))
+    }
+
+    /// Writes a serve configuration (routes on the bundled recognizer template) and starts the server.
+    static func start(maxSessions: Int = 10, idleMs: Int = 15000, extra: String = "", in dir: URL) throws -> (Running, Int) {
+        let port = freePort()
+        let config = dir.appendingPathComponent("serve.yaml")
+        let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
+        try """
+            listen: { host: 127.0.0.1, port: \(port) }
+            max_sessions: \(maxSessions)
+            drain_grace_s: 20
+            routes:
+              - name: asr
+                path: /asr/v2/{appid}
+                protocol: tencent-asr
+                graph: \(template)
+                keys: { "1250000001": { secret_id: AKIDtest, secret_key: "${SERVE_TEST_SECRET}" } }
+                idle_timeout_ms: \(idleMs)
+              - name: raw
+                path: /ws/recognize
+                protocol: websocket
+                graph: \(template)
+            \(extra)
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let server = try Running(voicepipeBinary, ["serve", config.path], environment: ["SERVE_TEST_SECRET": "s3cret-key"])
+        // Up once /healthz answers.
+        for _ in 0..<100 {
+            if (try? http(port, "/healthz").status) == 200 { return (server, port) }
+            usleep(100_000)
+        }
+        let r = server.wait(timeout: 1)
+        throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "serve did not come up: \(r.stderr)"])
+    }
+
+    /// GET `path`: status and body (python3's urllib: an independent HTTP client).
+    static func http(_ port: Int, _ path: String) throws -> (status: Int, body: String) {
+        let r = try voicepipeLike("/usr/bin/python3", ["-c", """
+            import sys, urllib.request, urllib.error
+            try:
+                r = urllib.request.urlopen("http://127.0.0.1:\(port)\(path)", timeout=5); print(r.status); print(r.read().decode())
+            except urllib.error.HTTPError as e:
+                print(e.code); print(e.read().decode())
+            """])
+        let lines = r.stdout.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        return (Int(lines.first ?? "") ?? -1, lines.count > 1 ? String(lines[1]) : "")
+    }
+
+    static func voicepipeLike(_ tool: String, _ args: [String], env: [String: String]? = nil, timeout: Double = 60) throws -> Finished {
+        try Running(tool, args, environment: env).wait(timeout: timeout)
+    }
+
+    static func speech(_ dir: URL, _ text: String = "please open the garage door") throws -> String {
+        let raw = dir.appendingPathComponent("speech-raw.wav").path, out = dir.appendingPathComponent("speech.wav").path
+        _ = try voicepipeLike("/usr/bin/flite", ["-voice", "slt", "-t", text, "-o", raw])
+        _ = try voicepipeLike("/usr/bin/sox", [raw, "-r", "16000", out, "pad", "0.3", "0.8"])
+        return out
+    }
+
+    @Test("voicepipe's own Tencent ASR client recognizes through serve's tencent-asr route; /metrics counts the session")
+    func tencentClient() throws {
+        let dir = tempDir()
+        let (server, port) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.speech(dir)
+        let graph = dir.appendingPathComponent("client.yaml")
+        try """
+            version: 1
+            nodes:
+              mic: { type: file-source, path: "\(wav)", realtime: true }
+              asr: { type: asr, engine: tencent, app_id: "1250000001", secret_id: AKIDtest, secret_key: s3cret-key, endpoint: "ws://127.0.0.1:\(port)" }
+              out: { type: jsonl-sink, path: "-" }
+            links: [ "mic -> asr", "asr.events -> out" ]
+            """.write(to: graph, atomically: true, encoding: .utf8)
+        let r = try voicepipe(["run", graph.path], timeout: 60)
+        #expect(r.status == 0, "\(r.stderr)")
+        let finals = r.stdout.split(separator: "\n").filter { $0.contains("\"transcript\"") && $0.contains("\"final\":true") }
+        #expect(finals.contains { $0.contains("garage door") }, "\(r.stdout)")
+        #expect(!r.stdout.contains("\"error\""), "\(r.stdout)")
+        let metrics = try Self.http(port, "/metrics").body
+        #expect(metrics.contains("voicepipe_sessions_total{route=\"asr\",outcome=\"completed\"} 1"), "\(metrics)")
+        #expect(metrics.contains("voicepipe_first_result_seconds{route=\"asr\""))
+        // No secret in the logs.
+        let log = server.wait(timeout: 0.1)
+        #expect(!log.stderr.contains("s3cret-key") && !log.stdout.contains("s3cret-key"))
+    }
+
+    @Test("plain WebSocket route: PCM in, JSON events out, the final transcript, a normal close")
+    func websocketRoute() throws {
+        let dir = tempDir()
+        let (server, port) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.speech(dir)
+        let r = try Self.voicepipeLike("/usr/bin/python3", [Self.client, "websocket", "ws://127.0.0.1:\(port)/ws/recognize", wav, "--pace", "0"])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.split(separator: "\n").contains { $0.contains("\"final\":true") && $0.contains("garage door") }, "\(r.stdout)")
+        #expect(r.stdout.contains("closed 1000"), "\(r.stdout)")
+    }
+
+    @Test("Tencent protocol errors: wrong key 4002, unknown appid 4003, expired 4002, missing parameter 4001, idle 4008; other sessions unaffected")
+    func tencentErrors() throws {
+        let dir = tempDir()
+        let (server, port) = try Self.start(idleMs: 600, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        func attempt(_ python: String) throws -> String {
+            try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+                import asyncio, sys
+                sys.path.insert(0, "\(packageRoot.appendingPathComponent("bench").path)")
+                import serve_client as c
+                async def main():
+                    \(python)
+                    ws = await c.WebSocket.connect(url)
+                    while True:
+                        m = await asyncio.wait_for(ws.receive(), 10)
+                        if m is None: break
+                        print(m)
+                asyncio.run(main())
+                """]).stdout
+        }
+        let base = "ws://127.0.0.1:\(port)"
+        #expect(try attempt("url = c.tencent_url('\(base)', '1250000001', 'AKIDtest', 'wrong-key')").contains("\"code\":4002"))
+        #expect(try attempt("url = c.tencent_url('\(base)', '1999999999', 'AKIDtest', 's3cret-key')").contains("\"code\":4003"))
+        #expect(try attempt("url = c.tencent_url('\(base)', '1250000001', 'AKIDtest', 's3cret-key', expired_in=-10)").contains("\"code\":4002"))
+        #expect(try attempt("url = c.tencent_url('\(base)', '1250000001', 'AKIDtest', 's3cret-key').replace('nonce=', 'n=')").contains("\"code\":4001"))
+        // Signed correctly, then silent: 4008 after idle_timeout_ms.
+        let idle = try attempt("url = c.tencent_url('\(base)', '1250000001', 'AKIDtest', 's3cret-key')")
+        #expect(idle.contains("\"code\":0") && idle.contains("\"code\":4008"), "\(idle)")
+        let metrics = try Self.http(port, "/metrics").body
+        #expect(metrics.contains("voicepipe_errors_total{route=\"asr\",code=\"4002\"} 2"), "\(metrics)")
+        #expect(metrics.contains("voicepipe_errors_total{route=\"asr\",code=\"idle\"} 1"), "\(metrics)")
+        // The server is still healthy.
+        #expect(try Self.http(port, "/healthz").status == 200)
+    }
+
+    @Test("max_sessions: a session over the limit gets 4006 and /readyz says 503 while full; SIGTERM drains: the running session still gets its final")
+    func limitsAndDrain() async throws {
+        let dir = tempDir()
+        let (server, port) = try Self.start(maxSessions: 1, in: dir)
+        let wav = try Self.speech(dir, "the kitchen light is on and the garage door is open")
+        let base = "ws://127.0.0.1:\(port)"
+        // One session paced at 1x (about 4 s).
+        let first = try Running("/usr/bin/python3", [Self.client, "tencent", base, "1250000001", "AKIDtest", "s3cret-key", wav, "--pace", "1"])
+        try await Task.sleep(for: .milliseconds(800))
+        #expect(try Self.http(port, "/readyz").status == 503)
+        let second = try Self.voicepipeLike("/usr/bin/python3", [Self.client, "tencent", base, "1250000001", "AKIDtest", "s3cret-key", wav, "--pace", "0"])
+        #expect(second.stdout.contains("\"code\":4006"), "\(second.stdout)")
+        // Drain while the first session runs: it finishes with its final result; new sessions are refused.
+        server.signal(SIGTERM)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try Self.http(port, "/readyz").status == 503)
+        let r = first.wait(timeout: 30)
+        #expect(r.stdout.contains("\"slice_type\":2") && r.stdout.contains("\"final\":1"), "\(r.stdout)")
+        let s = server.wait(timeout: 30)
+        #expect(s.status == 0, "\(s.stderr)")
+        #expect(s.stderr.contains("draining"))
+    }
+
+    @Test("Wyoming route: a client written with the `wyoming` package gets info and a transcript per utterance (48 kHz stereo converted)",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: packageRoot.appendingPathComponent(".deps/venv/bin/python3").path)))
+    func wyomingRoute() throws {
+        let dir = tempDir()
+        let wyomingPort = Self.freePort()
+        let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
+        let (server, port) = try Self.start(extra: """
+              - name: stt
+                protocol: wyoming
+                port: \(wyomingPort)
+                graph: \(template)
+            """, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.speech(dir)
+        let stereo = dir.appendingPathComponent("stereo48.wav").path
+        _ = try Self.voicepipeLike("/usr/bin/sox", [wav, "-r", "48000", "-c", "2", stereo])
+        let r = try Self.voicepipeLike(packageRoot.appendingPathComponent(".deps/venv/bin/python3").path,
+                                       [packageRoot.appendingPathComponent("Tests/Fixtures/wyoming_asr_client.py").path, "127.0.0.1", "\(wyomingPort)", wav, stereo])
+        #expect(r.status == 0, "\(r.stderr)")
+        let lines = r.stdout.split(separator: "\n")
+        #expect(lines.first?.hasPrefix("info") == true && lines.first?.contains("stt") == true, "\(r.stdout)")
+        let transcripts = lines.filter { $0.hasPrefix("transcript") }
+        #expect(transcripts.count == 2 && transcripts.allSatisfy { $0.contains("garage") }, "\(r.stdout)")
+        let metrics = try Self.http(port, "/metrics").body
+        #expect(metrics.contains("voicepipe_sessions_total{route=\"stt\",outcome=\"completed\"} 2"), "\(metrics)")
+    }
+
+    @Test("a bad configuration is named with file:line:column, exit 2; a template without app-source is refused")
+    func badConfiguration() throws {
+        let dir = tempDir()
+        let config = dir.appendingPathComponent("bad.yaml")
+        try """
+            listen: { host: 127.0.0.1, port: 99999 }
+            routes:
+              - name: raw
+                path: /ws
+                protocol: smoke-signals
+                graph: x.yaml
+              - name: two
+                path: /ws2
+                protocol: websocket
+                graph: \(packageRoot.appendingPathComponent("pipelines/recognizer-file.yaml").path)
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let r = try voicepipe(["serve", config.path, "--check"])
+        #expect(r.status == 2, "\(r.stderr)")
+        #expect(r.stderr.contains("bad.yaml:1:"), "\(r.stderr)")
+        #expect(r.stderr.contains("smoke-signals"), "\(r.stderr)")
+        #expect(r.stderr.contains("exactly one app-source"), "\(r.stderr)")
+        let ok = try voicepipe(["serve", packageRoot.appendingPathComponent("pipelines/serve.yaml").path, "--check"])
+        #expect(ok.status == 0, "\(ok.stderr)")
+    }
+}
