@@ -22,7 +22,7 @@ struct ServeTests {
     }
 
     /// Writes a serve configuration (routes on the bundled recognizer template) and starts the server.
-    static func start(maxSessions: Int = 10, idleMs: Int = 15000, extra: String = "", in dir: URL) throws -> (Running, Int) {
+    static func start(maxSessions: Int = 10, idleMs: Int = 15000, rawLimits: String = "", extra: String = "", in dir: URL) throws -> (Running, Int) {
         let port = freePort()
         let config = dir.appendingPathComponent("serve.yaml")
         let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
@@ -40,7 +40,7 @@ struct ServeTests {
               - name: raw
                 path: /ws/recognize
                 protocol: websocket
-                graph: \(template)
+                graph: \(template)\(rawLimits)
             \(extra)
             """.write(to: config, atomically: true, encoding: .utf8)
         let server = try Running(voicepipeBinary, ["serve", config.path], environment: ["SERVE_TEST_SECRET": "s3cret-key"])
@@ -200,6 +200,49 @@ struct ServeTests {
         #expect(transcripts.count == 2 && transcripts.allSatisfy { $0.contains("garage") }, "\(r.stdout)")
         let metrics = try Self.http(port, "/metrics").body
         #expect(metrics.contains("voicepipe_sessions_total{route=\"stt\",outcome=\"completed\"} 2"), "\(metrics)")
+    }
+
+    @Test("limits: max_bytes ends the audio (results so far still sent), an oversized message closes its connection only, an unknown Tencent message is 4010")
+    func sessionLimits() throws {
+        let dir = tempDir()
+        let (server, port) = try Self.start(rawLimits: "\n    max_bytes: 40000\n    max_frame_bytes: 4096", in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.speech(dir, "please open the garage door and then turn on the kitchen light")
+        // 40,000 bytes = 1.25 s of the audio: the session ends early but cleanly.
+        let limited = try Self.voicepipeLike("/usr/bin/python3", [Self.client, "websocket", "ws://127.0.0.1:\(port)/ws/recognize", wav, "--pace", "0"])
+        #expect(limited.stdout.contains("closed 1000"), "\(limited.stdout)")
+        #expect(!limited.stdout.contains("kitchen"), "audio past max_bytes was recognized: \(limited.stdout)")
+        // A message larger than max_frame_bytes: that connection is closed (1009), the server goes on.
+        let big = try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+            import asyncio, sys
+            sys.path.insert(0, "\(packageRoot.appendingPathComponent("bench").path)")
+            import serve_client as c
+            async def main():
+                ws = await c.WebSocket.connect("ws://127.0.0.1:\(port)/ws/recognize")
+                await ws.send_binary(bytes(8192))
+                while (await asyncio.wait_for(ws.receive(), 10)) is not None: pass
+                print("closed", ws.close_code)
+            asyncio.run(main())
+            """])
+        #expect(big.stdout.contains("closed 1009"), "\(big.stdout) \(big.stderr)")
+        let unknown = try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+            import asyncio, sys
+            sys.path.insert(0, "\(packageRoot.appendingPathComponent("bench").path)")
+            import serve_client as c
+            async def main():
+                ws = await c.WebSocket.connect(c.tencent_url("ws://127.0.0.1:\(port)", "1250000001", "AKIDtest", "s3cret-key"))
+                await ws.send_text('{"type":"pause"}')
+                while True:
+                    m = await asyncio.wait_for(ws.receive(), 10)
+                    if m is None: break
+                    print(m)
+            asyncio.run(main())
+            """])
+        #expect(unknown.stdout.contains("\"code\":4010"), "\(unknown.stdout)")
+        #expect(try Self.http(port, "/healthz").status == 200)
+        let metrics = try Self.http(port, "/metrics").body
+        #expect(metrics.contains("voicepipe_errors_total{route=\"raw\",code=\"max_bytes\"} 1"), "\(metrics)")
+        #expect(metrics.contains("voicepipe_sessions_total{route=\"raw\",outcome=\"limit\"} 1"), "\(metrics)")
     }
 
     @Test("a bad configuration is named with file:line:column, exit 2; a template without app-source is refused")

@@ -225,7 +225,9 @@ private final class WebSocketSessionHandler: ChannelInboundHandler {
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
         case .binary, .text:
-            if frame.fin {
+            if frame.unmaskedData.readableBytes > session.route.maxFrameBytes {
+                session.tooLarge()
+            } else if frame.fin {
                 session.received(frame.opcode == .text ? .text(frame.unmaskedData) : .binary(frame.unmaskedData))
             } else {
                 fragments = frame.unmaskedData
