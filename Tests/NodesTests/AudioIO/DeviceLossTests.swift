@@ -17,18 +17,7 @@ struct DeviceLossTests {
         var keepalive: Process?
 
         func load() throws {
-            let r = try shell("pactl", ["load-module", "module-null-sink", "sink_name=\(name)", "rate=48000", "channels=1"])
-            guard r.status == 0 else { throw AudioTestError("cannot create a null sink: \(r.error)") }
-            module = String(decoding: r.output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            p.arguments = ["pacat", "--playback", "--raw", "--format=s16le", "--rate=16000", "--channels=1", "--latency-msec=10",
-                           "--client-name=keepalive", "-d", name]
-            p.standardInput = FileHandle(forReadingAtPath: "/dev/zero")
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            keepalive = p
+            (module, keepalive) = try PrivateSink.load(name, channels: 1)
         }
 
         func unload() {

@@ -69,9 +69,14 @@ final class PrivateSink: Sendable {
     private init() throws {
         try AudioTestEnv.requireDaemon()
         name = "vp_test_" + UUID().uuidString.prefix(8).lowercased()
-        let r = try shell("pactl", ["load-module", "module-null-sink", "sink_name=\(name)", "rate=48000", "channels=2"])
+        (module, keepalive) = try Self.load(name, channels: 2)
+    }
+
+    /// Loads a null sink named `name` and starts its keep-alive stream; returns the module index and the stream.
+    static func load(_ name: String, channels: Int) throws -> (module: String, keepalive: Process) {
+        let r = try shell("pactl", ["load-module", "module-null-sink", "sink_name=\(name)", "rate=48000", "channels=\(channels)"])
         guard r.status == 0 else { throw AudioTestError("cannot create a null sink: \(r.error)") }
-        module = String(decoding: r.output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let module = String(decoding: r.output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         p.arguments = ["pacat", "--playback", "--raw", "--format=s16le", "--rate=16000", "--channels=1", "--latency-msec=10",
@@ -80,7 +85,7 @@ final class PrivateSink: Sendable {
         p.standardOutput = FileHandle.nullDevice
         p.standardError = FileHandle.nullDevice
         try p.run()
-        keepalive = p
+        return (module, p)
     }
 
     /// The monitor source: what is played on the sink.
