@@ -2,7 +2,9 @@ import ArgumentParser
 import Foundation
 import PipelineCore
 
-/// `voicepipe validate FILE...`: checks graphs without opening anything.
+/// `voicepipe validate FILE...`: checks graphs without opening anything. A `voicepipe serve`
+/// configuration (top-level `routes:`, no `nodes:`) is checked as `voicepipe serve FILE --check` does,
+/// every graph template included.
 struct ValidateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "validate", abstract: "Check graph files; open nothing (exit 2 if any is invalid)")
 
@@ -18,6 +20,11 @@ struct ValidateCommand: AsyncParsableCommand {
         var failed = false
         for file in files {
             do {
+                if ServeConfiguration.looksLikeServeConfiguration(path: file) {
+                    let c = try ServeConfiguration.load(path: file, registry: registry)
+                    print("\(file): ok (serve configuration, \(c.routes.count) route\(c.routes.count == 1 ? "" : "s"))")
+                    continue
+                }
                 let g = try GraphValidator.load(path: file, registry: registry, overrides: overrides)
                 for w in g.warnings { printError("warning: \(w)") }
                 print("\(file): ok (\(g.nodes.count) nodes, \(g.links.count) links)")

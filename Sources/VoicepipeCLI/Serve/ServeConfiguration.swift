@@ -50,6 +50,13 @@ struct ServeConfiguration: Sendable {
     var drainGraceS = 30
     var routes: [Route] = []
 
+    /// True when the file's top level has `routes:` and no `nodes:` (a cheap look at the text, not a parse).
+    static func looksLikeServeConfiguration(path: String) -> Bool {
+        guard let data = FileManager.default.contents(atPath: path), data.count < 4 << 20 else { return false }
+        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n")
+        return lines.contains { $0.hasPrefix("routes:") } && !lines.contains { $0.hasPrefix("nodes:") }
+    }
+
     /// Loads `path`: `${VAR}` substitution, YAML, checks; throws a ``GraphError`` listing every problem.
     static func load(path: String, registry: NodeRegistry, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ServeConfiguration {
         guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
