@@ -117,7 +117,10 @@ final class PocketSphinxDecoder: @unchecked Sendable {
         }
         defer { cmd_ln_free_r(config) }
         Self.quiet
-        guard let decoder = ps_init(config) else {
+        Self.lifecycle.lock()
+        let made = ps_init(config)
+        Self.lifecycle.unlock()
+        guard let decoder = made else {
             throw NodeError("asr_model", "pocketsphinx could not load its models (acoustic model \(settings.acousticModel), dictionary \(settings.dictionary)); check the paths and that the grammar or keyphrase words are in the dictionary")
         }
         self.decoder = decoder
@@ -126,7 +129,16 @@ final class PocketSphinxDecoder: @unchecked Sendable {
     /// The library logs to stderr until told otherwise (process-wide).
     private static let quiet: Void = vp_ps_quiet()
 
-    deinit { ps_free(decoder) }
+    /// Creating and freeing decoders is serialized process-wide: sphinxbase keeps process-wide state
+    /// (logging, the default configuration tables) that concurrent sessions of `voicepipe serve` must
+    /// not touch at the same moment. Decoding itself runs in parallel.
+    private static let lifecycle = NSLock()
+
+    deinit {
+        Self.lifecycle.lock()
+        ps_free(decoder)
+        Self.lifecycle.unlock()
+    }
 
     /// Begins an utterance.
     func start() throws {
