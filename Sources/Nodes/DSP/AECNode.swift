@@ -33,16 +33,16 @@ public actor AECNode: Node {
     private var refConverter: AudioConverter?
     private var refFormat: AudioFormat?
     // Reference samples (mic format). In pts mode `refStart` is the mic-timeline sample index of refBuffer[0].
-    private var refBuffer: [Int16] = []
+    private var refBuffer = SampleQueue()
     private var refStart: Int64 = 0
     private var refEnded = false
     private var refWaiter: CheckedContinuation<Void, Never>?
     private var refDroppedFrames = 0
 
     // Microphone side: samples waiting for a whole 10 ms block, and the frames to rebuild at the output.
-    private var micPending: [Int16] = []
+    private var micPending = SampleQueue()
     private var micPosition: Int64?           // mic-timeline sample index of micPending[0]
-    private var processed: [Int16] = []
+    private var processed = SampleQueue()
     private var shapes: [(pts: Int64, marks: FrameMarks, samples: Int)] = []
     private var lastStats: Int64 = 0
 
@@ -134,7 +134,7 @@ public actor AECNode: Node {
         case .arrival:
             let n = frames * channels
             if refBuffer.count >= n {
-                let block = Array(refBuffer[0..<n])
+                let block = refBuffer.prefix(n)
                 refBuffer.removeFirst(n)
                 return block
             }
@@ -201,7 +201,7 @@ public actor AECNode: Node {
         }
         handle = EchoCancellerHandle(c)
         micFormat = format
-        refBuffer = []
+        refBuffer = SampleQueue()
         refConverter = nil
         refFormat = nil
     }
@@ -214,7 +214,7 @@ public actor AECNode: Node {
         let block = frames * format.channels
         var out = [Int16](repeating: 0, count: block)
         while micPending.count >= block || (final && !micPending.isEmpty) {
-            var near = Array(micPending.prefix(block))
+            var near = micPending.prefix(block)
             let real = near.count
             if real < block { near.append(contentsOf: repeatElement(0, count: block - real)) }
             let position = micPosition ?? 0
@@ -232,7 +232,7 @@ public actor AECNode: Node {
         }
         while let first = shapes.first, processed.count >= first.samples {
             shapes.removeFirst()
-            let samples = Array(processed.prefix(first.samples))
+            let samples = processed.prefix(first.samples)
             processed.removeFirst(first.samples)
             try await context.send(Frame(payload: .audio(AudioBuffer(format: format, samples: samples)), pts: first.pts, marks: first.marks))
         }
@@ -311,4 +311,29 @@ final class EchoCancellerHandle {
     let pointer: OpaquePointer
     init(_ pointer: OpaquePointer) { self.pointer = pointer }
     deinit { vp_aec_destroy(pointer) }
+}
+
+/// A FIFO of samples: appends at the back, takes from the front without moving what is left (the
+/// storage is compacted once the consumed part is both large and more than half of it).
+struct SampleQueue {
+    private var storage: [Int16] = []
+    private var head = 0
+
+    var count: Int { storage.count - head }
+    var isEmpty: Bool { count == 0 }
+
+    subscript(i: Int) -> Int16 { storage[head + i] }
+
+    mutating func append(contentsOf samples: some Collection<Int16>) { storage.append(contentsOf: samples) }
+
+    /// The first `n` samples (fewer if there are fewer), as an array.
+    func prefix(_ n: Int) -> [Int16] { Array(storage[head..<head + min(n, count)]) }
+
+    mutating func removeFirst(_ n: Int) {
+        head += min(n, count)
+        if head >= 4096 && head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+    }
 }
