@@ -7,7 +7,7 @@ packages=(
   libavcodec-dev libavformat-dev libswresample-dev gstreamer1.0-libav libwebrtc-audio-processing-dev
   espeak-ng flite sox libsox-fmt-all
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
-  libcurl4-openssl-dev libyaml-dev graphviz openssl procps bc
+  libcurl4-openssl-dev libyaml-dev graphviz openssl procps bc python3 iproute2
 )
 missing=()
 for p in "${packages[@]}"; do
