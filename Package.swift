@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .library(name: "Nodes", targets: ["Nodes"]),
         .library(name: "VoicepipeCLI", targets: ["VoicepipeCLI"]),
+        .library(name: "NATSClient", targets: ["NATSClient"]),
         .executable(name: "voicepipe", targets: ["Runner"]),
     ],
     dependencies: [
@@ -44,9 +45,18 @@ let package = Package(
         .target(name: "CAVCodec", path: "Sources/CAVCodec",
                 linkerSettings: [.linkedLibrary("avformat"), .linkedLibrary("avcodec"), .linkedLibrary("swresample"), .linkedLibrary("avutil")]),
         .target(
+            name: "NATSClient",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
             name: "Nodes",
             dependencies: [
-                core, "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CAVCodec", "CEchoCancel",
+                core, "NATSClient", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CAVCodec", "CEchoCancel",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -62,7 +72,7 @@ let package = Package(
         .target(
             name: "VoicepipeCLI",
             dependencies: [
-                core, "Nodes",
+                core, "Nodes", "NATSClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),
@@ -110,7 +120,7 @@ let package = Package(
         .testTarget(
             name: "NodesTests",
             dependencies: [
-                core, "Nodes", testing,
+                core, "Nodes", "NATSClient", testing,
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -118,6 +128,11 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "NATSClientTests",
+            dependencies: ["NATSClient"],
             swiftSettings: strict
         ),
         .testTarget(

@@ -192,7 +192,7 @@ public actor AECNode: Node {
         var message = [CChar](repeating: 0, count: 256)
         guard let c = vp_aec_create(Int32(format.sampleRate), Int32(format.channels), configuration.engine == .webrtc ? Int32(VP_AEC_WEBRTC) : Int32(VP_AEC_SPEEX),
                                     Int32(configuration.filterMs), &message, message.count) else {
-            throw NodeError("aec_failed", "cannot create the \(configuration.engine.rawValue) echo canceller: \(String(cString: message))")
+            throw NodeError("aec_failed", "cannot create the \(configuration.engine.rawValue) echo canceller: \(String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
         }
         vp_aec_set_delay_ms(c, Int32(configuration.delayMs))
         if configuration.noiseSuppression > 0 { _ = vp_aec_set_noise_suppression(c, Int32(configuration.noiseSuppression)) }

@@ -59,10 +59,11 @@ final class ServeServer: Sendable {
                             }
                         })
                     let endpoint = HTTPEndpointHandler(server: server)
+                    let bound = NIOLoopBound(endpoint, eventLoop: channel.eventLoop)
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(
                         withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
                             // After the upgrade the connection carries WebSocket frames only.
-                            context.pipeline.syncOperations.removeHandler(endpoint, promise: nil)
+                            context.pipeline.syncOperations.removeHandler(bound.value, promise: nil)
                         }))
                     try channel.pipeline.syncOperations.addHandler(endpoint)
                 }

@@ -132,7 +132,7 @@ let targets: [Target] = [
            },
            run: { bytes in
                let path = scratch + "/input.wav"
-               FileManager.default.createFile(atPath: path, contents: Data(bytes))
+               _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
                guard let h = try? WAVHeader.read(path: path) else { return }
                let start = Int(min(h.dataOffset, UInt64(bytes.count)))
                let end = Int(min(h.dataOffset + h.dataBytes, UInt64(bytes.count)))

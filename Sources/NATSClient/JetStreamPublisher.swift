@@ -1,0 +1,321 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// Publishes to a JetStream stream, at least once and without blocking the caller: ``publish(subject:payload:id:)``
+/// queues (bounded, see ``PublishQueue``) and returns; ``run()`` connects, makes sure the stream exists,
+/// sends with a `Nats-Msg-Id` per message and a reply subject for the stream's acknowledgement, and
+/// removes a message only once the stream acknowledged it. When the server is unreachable or the
+/// connection drops, messages are held and sent on reconnect (delays 0.1 s doubling to 2 s); what was in
+/// flight is sent again, and the stream's duplicate window makes that safe. Only a full queue drops
+/// (the oldest waiting message, counted in ``Statistics/dropped``).
+///
+/// ```swift
+/// let p = JetStreamPublisher(configuration: .init(options: try NATSOptions(url: url), stream: "VOICEPIPE",
+///                                                 streamSubjects: ["voicepipe.>"]), logger: logger)
+/// let task = Task { await p.run() }
+/// p.publish(subject: "voicepipe.asr.s1.transcript", payload: Array(json.utf8))
+/// _ = await p.close(timeout: .seconds(5))   // waits for acknowledgements, then stops
+/// await task.value
+/// ```
+public final class JetStreamPublisher: Sendable {
+    /// What to publish to and how much to hold.
+    public struct Configuration: Sendable {
+        public var options: NATSOptions
+        /// Stream name.
+        public var stream: String
+        /// Subjects of the stream when this publisher creates it.
+        public var streamSubjects: [String]
+        /// Create the stream (file storage, 2-minute duplicate window) when it does not exist.
+        public var createStream = true
+        /// Messages held at most while the server is away or slow.
+        public var capacity = 10_000
+        /// Messages sent but not yet acknowledged, at most.
+        public var window = 256
+        /// Time an acknowledgement may take before the message is sent again.
+        public var ackTimeout: Duration = .seconds(2)
+        /// Prefix of the `Nats-Msg-Id` of messages published without an id.
+        public var idPrefix = NATSConnection.randomID()
+
+        public init(options: NATSOptions, stream: String, streamSubjects: [String]) {
+            self.options = options; self.stream = stream; self.streamSubjects = streamSubjects
+        }
+    }
+
+    /// Counters, for metrics and the end-of-run report.
+    public struct Statistics: Sendable, Equatable {
+        public var accepted: UInt64 = 0
+        public var acknowledged: UInt64 = 0
+        /// Dropped because the queue was full.
+        public var dropped: UInt64 = 0
+        /// Refused by the server for good.
+        public var rejected: UInt64 = 0
+        public var resent: UInt64 = 0
+        /// Held now (waiting + in flight).
+        public var held = 0
+        public var maxHeld = 0
+        /// Connections made, and lost.
+        public var connects = 0
+        public var disconnects = 0
+        /// True while connected.
+        public var connected = false
+    }
+
+    public let configuration: Configuration
+    private let logger: Logger
+
+    private struct State {
+        var queue: PublishQueue
+        var connection: NATSConnection?
+        var ackPrefix = ""
+        var stopping = false
+        var stopped = false
+        var pauseUntil: ContinuousClock.Instant?
+        var streamMissing = false
+        var connects = 0
+        var disconnects = 0
+        var outageLogged = false
+        var dropsLogged: UInt64 = 0
+        var flushWaiters: [CheckedContinuation<Void, Never>] = []
+        var lastError: String?
+    }
+    private let state: Mutex<State>
+    private let doorbell: AsyncStream<Void>.Continuation
+    private let rings: AsyncStream<Void>
+    private let counter = Atomic<UInt64>(0)
+
+    public init(configuration: Configuration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+        state = Mutex(State(queue: PublishQueue(capacity: configuration.capacity, window: configuration.window, ackTimeout: configuration.ackTimeout)))
+        (rings, doorbell) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// Queues a message; never blocks. `id` defaults to `<idPrefix>-<n>`.
+    public func publish(subject: String, payload: [UInt8], id: String? = nil) {
+        let n = counter.add(1, ordering: .relaxed).newValue
+        let message = OutboundMessage(subject: subject, payload: payload, id: id ?? "\(configuration.idPrefix)-\(n)")
+        let (victim, dropped, logIt) = state.withLock { s -> (OutboundMessage?, UInt64, Bool) in
+            let v = s.queue.enqueue(message)
+            let log = v != nil && (s.dropsLogged == 0 || s.queue.dropped >= s.dropsLogged * 10)
+            if log { s.dropsLogged = s.queue.dropped }
+            return (v, s.queue.dropped, log)
+        }
+        if victim != nil && logIt {
+            logger.warning("NATS: \(configuration.capacity) messages held and none acknowledged since; dropping the oldest (\(dropped) dropped so far)")
+        }
+        doorbell.yield()
+    }
+
+    /// Counters now.
+    public var statistics: Statistics {
+        state.withLock { s in
+            Statistics(accepted: s.queue.accepted, acknowledged: s.queue.acknowledged, dropped: s.queue.dropped, rejected: s.queue.rejected,
+                       resent: s.queue.resent, held: s.queue.held, maxHeld: s.queue.maxHeld, connects: s.connects,
+                       disconnects: s.disconnects, connected: s.connection?.isOpen ?? false)
+        }
+    }
+
+    /// The last connection or stream error, for health reports.
+    public var lastError: String? { state.withLock { $0.lastError } }
+
+    /// Waits until everything queued so far is acknowledged, or `timeout`; true when nothing is held.
+    public func flush(timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if state.withLock({ $0.queue.isEmpty || $0.stopped }) { break }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return state.withLock { $0.queue.isEmpty }
+    }
+
+    /// Flushes for at most `timeout`, then stops ``run()``; returns the final counters (what is still
+    /// held then is lost: `held`).
+    public func close(timeout: Duration) async -> Statistics {
+        state.withLock { $0.stopping = true }
+        doorbell.yield()
+        _ = await flush(timeout: timeout)
+        let connection = state.withLock { s -> NATSConnection? in
+            s.stopped = true
+            defer { s.connection = nil }
+            return s.connection
+        }
+        connection?.close()
+        doorbell.yield()
+        doorbell.finish()
+        return statistics
+    }
+
+    /// The sending loop: runs until ``close(timeout:)``. Run it as a child task of its owner.
+    public func run() async {
+        let ticker = Task { [doorbell] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(100))
+                doorbell.yield()
+            }
+        }
+        defer { ticker.cancel() }
+        var backoff: Duration = .milliseconds(100)
+        var nextAttempt = ContinuousClock.now
+        for await _ in rings {
+            if state.withLock({ $0.stopped }) { break }
+            let connection = state.withLock { $0.connection }
+            guard let connection, connection.isOpen else {
+                if ContinuousClock.now < nextAttempt { continue }
+                if await connect() {
+                    backoff = .milliseconds(100)
+                } else {
+                    nextAttempt = ContinuousClock.now + backoff
+                    backoff = min(backoff * 2, .seconds(2))
+                }
+                continue
+            }
+            if state.withLock({ $0.streamMissing }) && configuration.createStream {
+                do {
+                    try await ensureStream(connection)
+                    state.withLock { $0.streamMissing = false; $0.pauseUntil = nil }
+                } catch {
+                    note(error: "\(error)")
+                }
+            }
+            send(on: connection)
+        }
+        ticker.cancel()
+    }
+
+    private func send(on connection: NATSConnection) {
+        let now = ContinuousClock.now
+        let (batch, prefix) = state.withLock { s -> ([(seq: UInt64, message: OutboundMessage)], String) in
+            if let p = s.pauseUntil, now < p { return ([], s.ackPrefix) }
+            return (s.queue.takeForSending(now: now), s.ackPrefix)
+        }
+        guard !batch.isEmpty else { return }
+        for (seq, m) in batch {
+            connection.publish(m.subject, replyTo: "\(prefix).\(seq)", headers: [("Nats-Msg-Id", m.id)], payload: m.payload, flush: false)
+        }
+        connection.flush()
+    }
+
+    /// One connection attempt over the server list; true when connected (and the stream is there).
+    private func connect() async -> Bool {
+        let connection: NATSConnection
+        do {
+            connection = try await NATSConnection.connect(options: configuration.options) { [weak self] why in self?.lost(why) }
+        } catch {
+            let (first, held) = state.withLock { s -> (Bool, Int) in
+                defer { s.outageLogged = true }
+                s.lastError = "\(error)"
+                return (!s.outageLogged, s.queue.held)
+            }
+            if first { logger.warning("\(error); holding events (\(held) now, up to \(configuration.capacity)) and retrying") }
+            else { logger.debug("\(error)") }
+            return false
+        }
+        if !connection.info.jetStream {
+            logger.error("NATS at \(connection.server) has no JetStream (start nats-server with -js); holding events and retrying")
+            state.withLock { $0.lastError = "no JetStream at \(connection.server)"; $0.outageLogged = true }
+            connection.close()
+            return false
+        }
+        let prefix = connection.newInbox()
+        connection.subscribe(prefix + ".*") { [weak self] m in self?.acknowledgement(m, prefix: prefix) }
+        do {
+            try await ensureStream(connection)
+        } catch {
+            logger.error("NATS at \(connection.server): stream \(configuration.stream): \(error); holding events and retrying")
+            state.withLock { $0.lastError = "\(error)"; $0.outageLogged = true }
+            connection.close()
+            return false
+        }
+        let (held, wasOut) = state.withLock { s -> (Int, Bool) in
+            s.connection = connection
+            s.ackPrefix = prefix
+            s.connects += 1
+            s.lastError = nil
+            defer { s.outageLogged = false }
+            return (s.queue.held, s.outageLogged)
+        }
+        if wasOut || held > 0 { logger.notice("NATS connected to \(connection.server); sending \(held) held event\(held == 1 ? "" : "s")") }
+        else { logger.info("NATS connected to \(connection.server), stream \(configuration.stream)") }
+        return true
+    }
+
+    private func lost(_ why: String) {
+        let held = state.withLock { s -> Int in
+            s.connection = nil
+            s.disconnects += 1
+            s.queue.connectionLost()
+            s.lastError = why
+            s.outageLogged = true
+            return s.queue.held
+        }
+        logger.warning("NATS connection lost (\(why)); holding \(held) event\(held == 1 ? "" : "s") and reconnecting")
+        doorbell.yield()
+    }
+
+    /// An acknowledgement on `<prefix>.<seq>`: `{"stream":…,"seq":…}` stored, `{"error":…}` refused,
+    /// status 503 nobody (no stream takes the subject).
+    private func acknowledgement(_ m: NATSMessage, prefix: String) {
+        guard let seq = UInt64(m.subject.dropFirst(prefix.count + 1)) else { return }
+        if m.status == 503 {
+            let first = state.withLock { s -> Bool in
+                _ = s.queue.refused(seq, permanent: false)
+                defer { s.streamMissing = true }
+                s.pauseUntil = .now + .seconds(1)
+                return !s.streamMissing
+            }
+            if first { logger.error("NATS: no JetStream stream takes the subject \(m.subject.isEmpty ? "" : "of message \(seq)") (stream \(configuration.stream) missing?); holding events") }
+            return
+        }
+        let object = (try? JSONSerialization.jsonObject(with: Data(m.payload))) as? [String: Any]
+        if let error = object?["error"] as? [String: Any] {
+            let code = error["code"] as? Int ?? 0
+            let description = error["description"] as? String ?? "?"
+            let outcome = state.withLock { s -> PublishQueue.AckOutcome in
+                s.pauseUntil = .now + .milliseconds(500)
+                s.lastError = "JetStream \(code): \(description)"
+                return s.queue.refused(seq, permanent: code == 400)
+            }
+            if outcome == .rejected { logger.error("NATS: JetStream refused a message for good (\(code): \(description)); dropped") }
+            else { logger.warning("NATS: JetStream refused a message (\(code): \(description)); retrying") }
+            return
+        }
+        guard object?["seq"] != nil else { return }
+        state.withLock { _ = $0.queue.acknowledged(seq) }
+    }
+
+    private func note(error: String) {
+        state.withLock { $0.lastError = error; $0.pauseUntil = .now + .seconds(1) }
+    }
+
+    /// `$JS.API.STREAM.INFO.<stream>`; created when missing (and allowed).
+    private func ensureStream(_ connection: NATSConnection) async throws {
+        let name = configuration.stream
+        let info: NATSMessage
+        do {
+            info = try await connection.request("$JS.API.STREAM.INFO.\(name)", payload: [], timeout: .seconds(3))
+        } catch NATSError.noResponders {
+            throw NATSError.jetStream(code: 503, errCode: 0, description: "JetStream is not enabled on \(connection.server)")
+        }
+        let object = (try? JSONSerialization.jsonObject(with: Data(info.payload))) as? [String: Any]
+        guard let error = object?["error"] as? [String: Any] else { return }
+        let code = error["code"] as? Int ?? 0
+        guard code == 404, configuration.createStream else {
+            throw NATSError.jetStream(code: code, errCode: error["err_code"] as? Int ?? 0,
+                                      description: (error["description"] as? String ?? "?") + (code == 404 ? " (create it, or allow this client to)" : ""))
+        }
+        let create: [String: Any] = [
+            "name": name, "subjects": configuration.streamSubjects, "storage": "file", "retention": "limits",
+            "discard": "old", "duplicate_window": 120_000_000_000, "num_replicas": 1,
+        ]
+        let body = try JSONSerialization.data(withJSONObject: create)
+        let answer = try await connection.request("$JS.API.STREAM.CREATE.\(name)", payload: Array(body), timeout: .seconds(5))
+        let created = (try? JSONSerialization.jsonObject(with: Data(answer.payload))) as? [String: Any]
+        if let e = created?["error"] as? [String: Any] {
+            // Another worker created it first.
+            if e["err_code"] as? Int == 10058 { return }
+            throw NATSError.jetStream(code: e["code"] as? Int ?? 0, errCode: e["err_code"] as? Int ?? 0, description: e["description"] as? String ?? "?")
+        }
+        logger.notice("NATS: created stream \(name) (subjects \(configuration.streamSubjects.joined(separator: ", ")), file storage)")
+    }
+}

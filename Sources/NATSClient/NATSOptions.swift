@@ -1,0 +1,125 @@
+import Foundation
+
+/// One server to connect to.
+public struct NATSServerAddress: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    /// Credentials written in the URL (`nats://user:password@host`, or `nats://token@host`).
+    public var user: String?
+    public var password: String?
+
+    public init(host: String, port: Int = 4222, user: String? = nil, password: String? = nil) {
+        self.host = host; self.port = port; self.user = user; self.password = password
+    }
+
+    /// Without credentials, for logs.
+    public var description: String { "nats://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
+}
+
+/// How to reach NATS and who to be: servers (from a URL list), credentials, limits.
+///
+/// ```swift
+/// var options = try NATSOptions(url: "nats://127.0.0.1:4222")
+/// options.applyEnvironment(ProcessInfo.processInfo.environment)   // NATS_USER / NATS_PASSWORD / NATS_TOKEN
+/// ```
+public struct NATSOptions: Sendable {
+    /// Servers, tried in order (and round again) until one accepts.
+    public var servers: [NATSServerAddress]
+    public var user: String?
+    public var password: String?
+    public var token: String?
+    /// Client name shown by the server's monitoring (`connz`).
+    public var name = "voicepipe"
+    /// TCP connect + handshake limit per attempt.
+    public var connectTimeout: Duration = .seconds(3)
+    /// Interval of our keep-alive `PING`; the connection is closed after two unanswered ones.
+    public var pingInterval: Duration = .seconds(10)
+
+    /// Parses `nats://[user:password@]host[:port]`, comma-separated for several servers. `tls://` is refused
+    /// (this client speaks plain TCP; put NATS on a private network or behind a TLS-terminating proxy).
+    public init(url: String) throws {
+        var servers: [NATSServerAddress] = []
+        for part in url.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
+            var text = part
+            if let r = text.range(of: "://") {
+                let scheme = text[..<r.lowerBound].lowercased()
+                guard scheme == "nats" else {
+                    throw NATSError.badURL("\(part): scheme '\(scheme)' is not supported (use nats://; TLS is not available in this client)")
+                }
+                text = String(text[r.upperBound...])
+            }
+            while text.hasSuffix("/") { text.removeLast() }
+            var user: String?, password: String?
+            if let at = text.lastIndex(of: "@") {
+                let cred = String(text[..<at])
+                text = String(text[text.index(after: at)...])
+                if let colon = cred.firstIndex(of: ":") {
+                    user = String(cred[..<colon]).removingPercentEncoding
+                    password = String(cred[cred.index(after: colon)...]).removingPercentEncoding
+                } else {
+                    user = cred.removingPercentEncoding
+                }
+            }
+            var host = text, port = 4222
+            if text.hasPrefix("[") {
+                guard let close = text.firstIndex(of: "]") else { throw NATSError.badURL("\(part): unclosed '['") }
+                host = String(text[text.index(after: text.startIndex)..<close])
+                let rest = text[text.index(after: close)...]
+                if rest.hasPrefix(":") {
+                    guard let p = Int(rest.dropFirst()), (1...65535).contains(p) else { throw NATSError.badURL("\(part): bad port") }
+                    port = p
+                }
+            } else if let colon = text.lastIndex(of: ":") {
+                host = String(text[..<colon])
+                guard let p = Int(text[text.index(after: colon)...]), (1...65535).contains(p) else { throw NATSError.badURL("\(part): bad port") }
+                port = p
+            }
+            guard !host.isEmpty else { throw NATSError.badURL("\(part): no host") }
+            servers.append(NATSServerAddress(host: host, port: port, user: user, password: password))
+        }
+        guard !servers.isEmpty else { throw NATSError.badURL("'\(url)': no server; expected nats://host:4222") }
+        self.servers = servers
+    }
+
+    /// Credentials from the environment when the URL has none: `NATS_USER` + `NATS_PASSWORD`, or `NATS_TOKEN`.
+    public mutating func applyEnvironment(_ env: [String: String]) {
+        if user == nil, let u = env["NATS_USER"], !u.isEmpty { user = u; password = env["NATS_PASSWORD"] }
+        if token == nil, let t = env["NATS_TOKEN"], !t.isEmpty { token = t }
+    }
+
+    /// The `CONNECT` fields for a server.
+    func connectFields(for server: NATSServerAddress, info: NATSServerInfo) -> [String: Any] {
+        var f: [String: Any] = [
+            "verbose": false, "pedantic": false, "tls_required": false, "name": name, "lang": "swift",
+            "version": "1.0", "protocol": 1, "headers": true, "no_responders": true, "echo": true,
+        ]
+        let u = server.user ?? user, p = server.password ?? password
+        if let u, let p { f["user"] = u; f["pass"] = p }
+        else if let u { f["auth_token"] = u }        // nats://token@host
+        else if let token { f["auth_token"] = token }
+        return f
+    }
+}
+
+/// Errors of the NATS client, each saying what to do.
+public enum NATSError: Error, Sendable, CustomStringConvertible {
+    case badURL(String)
+    case connectFailed(NATSServerAddress, String)
+    case handshake(NATSServerAddress, String)
+    case closed(String)
+    case timeout(String)
+    case noResponders(String)
+    case jetStream(code: Int, errCode: Int, description: String)
+
+    public var description: String {
+        switch self {
+        case .badURL(let m): "NATS URL: \(m)"
+        case .connectFailed(let s, let m): "cannot connect to NATS at \(s): \(m)"
+        case .handshake(let s, let m): "NATS at \(s) refused the connection: \(m)"
+        case .closed(let m): "NATS connection closed: \(m)"
+        case .timeout(let m): "NATS: no answer in time (\(m))"
+        case .noResponders(let subject): "NATS: nothing answers on \(subject)"
+        case .jetStream(let code, let errCode, let d): "JetStream error \(code)/\(errCode): \(d)"
+        }
+    }
+}

@@ -1,0 +1,160 @@
+import Foundation
+import Logging
+import NATSClient
+import Synchronization
+import Testing
+
+/// Against Debian's `nats-server` with JetStream: handshake, authentication, publish/subscribe with
+/// headers, and the publisher's promise — everything acknowledged is stored once, across a server
+/// that is absent at first, killed with SIGKILL mid-stream and started again.
+@Suite("NATS client against nats-server", .serialized)
+struct JetStreamServerTests {
+    static let logger = Logger(label: "test.nats")
+
+    func publisher(_ url: String, stream: String = "VPTEST", capacity: Int = 10_000, ackTimeout: Duration = .seconds(1)) throws -> JetStreamPublisher {
+        var c = JetStreamPublisher.Configuration(options: try NATSOptions(url: url), stream: stream, streamSubjects: ["vp.>"])
+        c.capacity = capacity
+        c.ackTimeout = ackTimeout
+        return JetStreamPublisher(configuration: c, logger: Self.logger)
+    }
+
+    @Test func handshakeRequestAndHeadersRoundTrip() async throws {
+        let server = try NATSServerProcess()
+        try await server.start()
+        let c = try await NATSConnection.connect(options: try NATSOptions(url: server.url))
+        defer { c.close() }
+        #expect(c.info.jetStream && c.info.headers)
+        let received = Mutex<[NATSMessage]>([])
+        c.subscribe("t.>") { m in received.withLock { $0.append(m) } }
+        c.publish("t.a", headers: [("Nats-Msg-Id", "abc"), ("X-Two", "2")], payload: Array("payload".utf8))
+        c.publish("t.b", payload: [])
+        try await c.roundTrip(timeout: .seconds(2))
+        try await Task.sleep(for: .milliseconds(100))
+        let got = received.withLock { $0 }
+        #expect(got.count == 2)
+        #expect(got.first?.subject == "t.a" && got.first?.header("nats-msg-id") == "abc" && got.first?.header("X-Two") == "2")
+        #expect(got.first.map { String(decoding: $0.payload, as: UTF8.self) } == "payload")
+        #expect(got.last?.subject == "t.b" && got.last?.payload.isEmpty == true)
+        // JetStream API request/reply; and nobody on a subject → noResponders, not a hang.
+        let info = try await c.request("$JS.API.INFO", payload: [], timeout: .seconds(2))
+        #expect(String(decoding: info.payload, as: UTF8.self).contains("\"memory\""))
+        await #expect(throws: NATSError.self) { try await c.request("nobody.here", payload: [], timeout: .seconds(2)) }
+    }
+
+    @Test func credentialsAreCheckedAndComeFromTheEnvironment() async throws {
+        let server = try NATSServerProcess(arguments: ["--user", "vp", "--pass", "s3cret"])
+        try await server.start()
+        do {
+            _ = try await NATSConnection.connect(options: try NATSOptions(url: "nats://vp:wrong@127.0.0.1:\(server.port)"))
+            Issue.record("a wrong password was accepted")
+        } catch let e as NATSError {
+            #expect("\(e)".lowercased().contains("authorization"), "\(e)")
+            #expect(!"\(e)".contains("wrong"), "the password must not appear in the error")
+        }
+        var options = try NATSOptions(url: server.url)
+        options.applyEnvironment(["NATS_USER": "vp", "NATS_PASSWORD": "s3cret"])
+        let c = try await NATSConnection.connect(options: options)
+        try await c.roundTrip(timeout: .seconds(2))
+        c.close()
+    }
+
+    @Test func unreachableServerIsAClearError() async throws {
+        let port = try NATSServerProcess.freePort()
+        do {
+            _ = try await NATSConnection.connect(options: try NATSOptions(url: "nats://127.0.0.1:\(port)"))
+            Issue.record("connected to nothing")
+        } catch let e as NATSError {
+            #expect("\(e)".contains("127.0.0.1:\(port)") && "\(e)".contains("refused"), "\(e)")
+        }
+    }
+
+    @Test func everyMessageIsStoredOnceAndInOrder() async throws {
+        let server = try NATSServerProcess()
+        try await server.start()
+        let p = try publisher(server.url)
+        let loop = Task { await p.run() }
+        for i in 0..<500 { p.publish(subject: "vp.a.\(i % 3)", payload: Array("{\"i\":\(i)}".utf8)) }
+        let stats = await p.close(timeout: .seconds(10))
+        await loop.value
+        #expect(stats.acknowledged == 500 && stats.held == 0 && stats.dropped == 0 && stats.rejected == 0)
+        let c = try await NATSConnection.connect(options: try NATSOptions(url: server.url))
+        defer { c.close() }
+        let reader = StreamReader(connection: c, stream: "VPTEST")
+        let all = try await reader.all()
+        #expect(all.count == 500)
+        #expect(all.map(\.payload) == (0..<500).map { "{\"i\":\($0)}" })
+        #expect(all.map(\.subject) == (0..<500).map { "vp.a.\($0 % 3)" })
+    }
+
+    @Test func heldWhileTheServerIsAwayThenSentAndNothingLostAcrossACrash() async throws {
+        let server = try NATSServerProcess()
+        // The server is not running yet: events are held.
+        let p = try publisher(server.url, ackTimeout: .milliseconds(500))
+        let loop = Task { await p.run() }
+        for i in 0..<50 { p.publish(subject: "vp.held", payload: Array("\(i)".utf8)) }
+        try await Task.sleep(for: .milliseconds(400))
+        #expect(p.statistics.held == 50 && p.statistics.acknowledged == 0)
+        try await server.start()
+        #expect(await p.flush(timeout: .seconds(10)))
+        #expect(p.statistics.acknowledged == 50)
+        // A steady stream; the server is killed (no goodbye) and restarted on the same store meanwhile.
+        let producer = Task {
+            for i in 50..<2050 {
+                p.publish(subject: "vp.live", payload: Array("\(i)".utf8))
+                if i % 20 == 0 { try? await Task.sleep(for: .milliseconds(5)) }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(150))
+        server.kill()
+        try await Task.sleep(for: .milliseconds(700))
+        try await server.start()
+        await producer.value
+        let stats = await p.close(timeout: .seconds(20))
+        await loop.value
+        #expect(stats.held == 0 && stats.dropped == 0, "\(stats)")
+        #expect(stats.disconnects >= 1 && stats.connects >= 2, "\(stats)")
+        let c = try await NATSConnection.connect(options: try NATSOptions(url: server.url))
+        defer { c.close() }
+        let all = try await StreamReader(connection: c, stream: "VPTEST").all()
+        let values = all.map { Int($0.payload) ?? -1 }
+        // Each exactly once: resends after the crash were recognised as duplicates by Nats-Msg-Id.
+        #expect(values.count == 2050, "stored \(values.count), resent \(stats.resent)")
+        #expect(Set(values) == Set(0..<2050))
+    }
+
+    @Test func aFullBufferDropsTheOldestAndSaysHowMany() async throws {
+        let server = try NATSServerProcess()
+        let p = try publisher(server.url, capacity: 10)
+        let loop = Task { await p.run() }
+        for i in 0..<25 { p.publish(subject: "vp.x", payload: Array("\(i)".utf8)) }
+        #expect(p.statistics.dropped == 15 && p.statistics.held == 10)
+        try await server.start()
+        let stats = await p.close(timeout: .seconds(10))
+        await loop.value
+        #expect(stats.acknowledged == 10 && stats.dropped == 15)
+        let c = try await NATSConnection.connect(options: try NATSOptions(url: server.url))
+        defer { c.close() }
+        let all = try await StreamReader(connection: c, stream: "VPTEST").all()
+        #expect(all.map(\.payload) == (15..<25).map(String.init))
+    }
+
+    @Test func aServerWithoutJetStreamIsReportedAndEventsAreHeld() async throws {
+        let port = try NATSServerProcess.freePort()
+        let plain = Process()
+        plain.executableURL = URL(fileURLWithPath: NATSServerProcess.binary)
+        plain.arguments = ["-a", "127.0.0.1", "-p", "\(port)"]
+        plain.standardOutput = FileHandle.nullDevice
+        plain.standardError = FileHandle.nullDevice
+        try plain.run()
+        defer { plain.terminate(); plain.waitUntilExit() }
+        for _ in 0..<100 where !NATSServerProcess.accepts(port: port) { try await Task.sleep(for: .milliseconds(50)) }
+        let p = try publisher("nats://127.0.0.1:\(port)")
+        let loop = Task { await p.run() }
+        p.publish(subject: "vp.y", payload: [1])
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(p.lastError?.contains("JetStream") == true, "\(p.lastError ?? "nil")")
+        let stats = await p.close(timeout: .milliseconds(100))
+        await loop.value
+        #expect(stats.held == 1 && stats.acknowledged == 0)
+    }
+}
