@@ -76,8 +76,9 @@ public final class JetStreamPublisher: Sendable {
         var disconnects = 0
         var outageLogged = false
         var dropsLogged: UInt64 = 0
-        var flushWaiters: [CheckedContinuation<Void, Never>] = []
         var lastError: String?
+        /// Callers of publishAndWait, by message id.
+        var waiters: [String: CheckedContinuation<Bool, Never>] = [:]
     }
     private let state: Mutex<State>
     private let doorbell: AsyncStream<Void>.Continuation
@@ -93,14 +94,46 @@ public final class JetStreamPublisher: Sendable {
 
     /// Queues a message; never blocks. `id` defaults to `<idPrefix>-<n>`.
     public func publish(subject: String, payload: [UInt8], id: String? = nil) {
+        enqueue(subject: subject, payload: payload, id: id, waiter: nil)
+    }
+
+    /// Queues a message and waits until the stream acknowledged it (true), or until `timeout`, or
+    /// until it was dropped (false). Returns false at once when not connected: a caller that wants to
+    /// say "stored" before going on waits only while the bus is there. The message stays queued either way.
+    public func publishAndWait(subject: String, payload: [UInt8], id: String? = nil, timeout: Duration) async -> Bool {
+        guard state.withLock({ $0.connection?.isOpen ?? false }) else {
+            publish(subject: subject, payload: payload, id: id)
+            return false
+        }
+        let messageID = id ?? "\(configuration.idPrefix)-\(counter.add(1, ordering: .relaxed).newValue)"
+        return await withCheckedContinuation { c in
+            enqueue(subject: subject, payload: payload, id: messageID, waiter: c)
+            // Registered first, so the timer cannot miss it.
+            Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                self?.resolve(messageID, false)
+            }
+        }
+    }
+
+    private func resolve(_ id: String, _ stored: Bool) {
+        let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+        waiter?.resume(returning: stored)
+    }
+
+    private func enqueue(subject: String, payload: [UInt8], id: String?, waiter: CheckedContinuation<Bool, Never>?) {
         let n = counter.add(1, ordering: .relaxed).newValue
         let message = OutboundMessage(subject: subject, payload: payload, id: id ?? "\(configuration.idPrefix)-\(n)")
-        let (victim, dropped, logIt) = state.withLock { s -> (OutboundMessage?, UInt64, Bool) in
+        let (victim, dropped, logIt, stopped) = state.withLock { s -> (OutboundMessage?, UInt64, Bool, Bool) in
+            if s.stopped { return (nil, s.queue.dropped, false, true) }
+            if let waiter { s.waiters[message.id] = waiter }
             let v = s.queue.enqueue(message)
             let log = v != nil && (s.dropsLogged == 0 || s.queue.dropped >= s.dropsLogged * 10)
             if log { s.dropsLogged = s.queue.dropped }
-            return (v, s.queue.dropped, log)
+            return (v, s.queue.dropped, log, false)
         }
+        if stopped { waiter?.resume(returning: false); return }
+        if let victim { resolve(victim.id, false) }
         if victim != nil && logIt {
             logger.warning("NATS: \(configuration.capacity) messages held and none acknowledged since; dropping the oldest (\(dropped) dropped so far)")
         }
@@ -143,6 +176,8 @@ public final class JetStreamPublisher: Sendable {
         connection?.close()
         doorbell.yield()
         doorbell.finish()
+        let waiters = state.withLock { s -> [CheckedContinuation<Bool, Never>] in defer { s.waiters = [:] }; return Array(s.waiters.values) }
+        for w in waiters { w.resume(returning: false) }
         return statistics
     }
 
@@ -271,17 +306,23 @@ public final class JetStreamPublisher: Sendable {
         if let error = object?["error"] as? [String: Any] {
             let code = error["code"] as? Int ?? 0
             let description = error["description"] as? String ?? "?"
-            let outcome = state.withLock { s -> PublishQueue.AckOutcome in
+            let (outcome, id) = state.withLock { s -> (PublishQueue.AckOutcome, String?) in
                 s.pauseUntil = .now + .milliseconds(500)
                 s.lastError = "JetStream \(code): \(description)"
-                return s.queue.refused(seq, permanent: code == 400)
+                let id = s.queue.id(inFlight: seq)
+                return (s.queue.refused(seq, permanent: code == 400), id)
             }
+            if outcome == .rejected, let id { resolve(id, false) }
             if outcome == .rejected { logger.error("NATS: JetStream refused a message for good (\(code): \(description)); dropped") }
             else { logger.warning("NATS: JetStream refused a message (\(code): \(description)); retrying") }
             return
         }
         guard object?["seq"] != nil else { return }
-        state.withLock { _ = $0.queue.acknowledged(seq) }
+        let id = state.withLock { s -> String? in
+            let id = s.queue.id(inFlight: seq)
+            return s.queue.acknowledged(seq) == .stored ? id : nil
+        }
+        if let id { resolve(id, true) }
     }
 
     private func note(error: String) {

@@ -116,6 +116,9 @@ public struct PublishQueue: Sendable {
         return out
     }
 
+    /// The id of in-flight message `seq`.
+    public func id(inFlight seq: UInt64) -> String? { inFlight[seq]?.message.id }
+
     /// The server stored message `seq` (or recognized it as a duplicate).
     public mutating func acknowledged(_ seq: UInt64) -> AckOutcome {
         guard inFlight.removeValue(forKey: seq) != nil else { return .unknown }

@@ -10,7 +10,7 @@ struct ServeCommand: AsyncParsableCommand {
         abstract: "Serve graph templates over the network: each connection is a session running its own graph",
         discussion: """
         FILE names where to listen, max_sessions, and routes (protocol tencent-asr | websocket, a path, a graph
-        template with one app-source). GET /healthz, /readyz (503 while draining or full) and /metrics (Prometheus).
+        template with one app-source), and optionally nats (session events to JetStream). GET /healthz, /readyz (503 while draining or full) and /metrics (Prometheus).
         SIGTERM or SIGINT drains: no new sessions, running ones may finish for drain_grace_s, then end cleanly.
         Example: voicepipe serve pipelines/serve.yaml
         """)
@@ -37,7 +37,13 @@ struct ServeCommand: AsyncParsableCommand {
         }
         var logger = Logger(label: "voicepipe.serve")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
-        let server = ServeServer(configuration: config, logger: logger)
+        let server: ServeServer
+        do {
+            server = try ServeServer(configuration: config, logger: logger)
+        } catch {
+            FileHandle.standardError.write(Data("voicepipe serve: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
         let bound: Int
         do {
             bound = try await server.start()
@@ -52,6 +58,7 @@ struct ServeCommand: AsyncParsableCommand {
         SignalCenter.onFirstSignal { stop.continuation.yield(); stop.continuation.finish() }
         for await _ in stop.stream { break }
         await server.drain(grace: .seconds(config.drainGraceS))
+        await server.closeEvents()
         await server.shutdown()
         SignalCenter.release()
         logger.notice("stopped")

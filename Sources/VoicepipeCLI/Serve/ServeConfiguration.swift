@@ -1,4 +1,5 @@
 import Foundation
+import NATSClient
 import PipelineCore
 import Yams
 
@@ -45,7 +46,27 @@ struct ServeConfiguration: Sendable {
         var maxFrameBytes: Int
     }
 
+    /// Where session events go (`nats:`): subjects `<subject_prefix>.<route>.<session>.<event>`.
+    struct NATS: Sendable {
+        var url: String
+        var stream = "VOICEPIPE"
+        var subjectPrefix = "voicepipe"
+        /// `worker` in every event; nil = `$VOICEPIPE_WORKER`, else host name and process id.
+        var worker: String?
+        /// Events held while NATS is unreachable.
+        var buffer = 100_000
+        /// Only these graph events (all when nil); `started` and `finished` always.
+        var events: Set<String>?
+        var createStream = true
+        /// At shutdown, how long to wait for the last acknowledgements.
+        var flushTimeoutS = 10
+        /// How long a session's end waits for its `finished` event to be stored before the client's
+        /// last answer (only while connected).
+        var finishedAckMs = 2000
+    }
+
     var listen: (host: String, port: Int) = ("0.0.0.0", 8080)
+    var nats: NATS?
     var maxSessions = 100
     var drainGraceS = 30
     var routes: [Route] = []
@@ -101,7 +122,7 @@ struct ServeConfiguration: Sendable {
             case "max_sessions": if let n = int(v, "max_sessions", 1...100_000) { config.maxSessions = n }
             case "drain_grace_s": if let n = int(v, "drain_grace_s", 0...3600) { config.drainGraceS = n }
             case "nats":
-                problem(k, "nats: publishing session events to NATS is not available in this version; remove the key")
+                config.nats = parseNATS(v, problem: problem, int: int)
             case "routes":
                 guard let list = v.sequence else { problem(v, "routes: expected a list of routes"); continue }
                 for r in list {
@@ -111,7 +132,7 @@ struct ServeConfiguration: Sendable {
                     if let route { config.routes.append(route) }
                 }
             default:
-                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, routes")
+                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, nats, routes")
             }
         }
         if config.routes.isEmpty && issues.isEmpty { problem(root, "no routes: add at least one under `routes:`") }
@@ -122,6 +143,38 @@ struct ServeConfiguration: Sendable {
         }
         if !issues.isEmpty { throw GraphError(issues) }
         return config
+    }
+
+    private static func parseNATS(_ n: Yams.Node, problem: (Yams.Node, String) -> Void, int: (Yams.Node, String, ClosedRange<Int>) -> Int?) -> NATS? {
+        guard let m = n.mapping else { problem(n, "nats: expected { url: \"nats://127.0.0.1:4222\", stream: VOICEPIPE }"); return nil }
+        var nats = NATS(url: "")
+        for (k, v) in m {
+            switch k.string ?? "" {
+            case "url":
+                nats.url = v.string ?? ""
+                do { _ = try NATSOptions(url: nats.url) } catch { problem(v, "nats.url: \(error)") }
+            case "stream":
+                nats.stream = v.string ?? ""
+                if nats.stream.isEmpty || nats.stream.contains(where: { ".*> \t".contains($0) }) { problem(v, "nats.stream '\(nats.stream)': a stream name has no '.', '*', '>' or spaces") }
+            case "subject_prefix":
+                nats.subjectPrefix = v.string ?? ""
+                if !NATSSubject.isValidForPublish(nats.subjectPrefix + ".x") { problem(v, "nats.subject_prefix '\(nats.subjectPrefix)': expected dot-separated tokens without wildcards or spaces") }
+            case "worker": nats.worker = v.string.flatMap { $0.isEmpty ? nil : $0 }
+            case "buffer": nats.buffer = int(v, "nats.buffer", 1...10_000_000) ?? nats.buffer
+            case "flush_timeout_s": nats.flushTimeoutS = int(v, "nats.flush_timeout_s", 0...600) ?? nats.flushTimeoutS
+            case "finished_ack_ms": nats.finishedAckMs = int(v, "nats.finished_ack_ms", 0...60_000) ?? nats.finishedAckMs
+            case "create_stream":
+                guard let b = v.string.flatMap({ ["true": true, "false": false][$0.lowercased()] }) else { problem(v, "nats.create_stream: expected true or false"); continue }
+                nats.createStream = b
+            case "events":
+                guard let list = v.sequence else { problem(v, "nats.events: expected a list of event names, e.g. [transcript, error]"); continue }
+                nats.events = Set(list.compactMap(\.string))
+            default:
+                problem(k, "nats: unknown key '\(k.string ?? "?")'; expected url, stream, subject_prefix, worker, buffer, events, create_stream, flush_timeout_s, finished_ack_ms")
+            }
+        }
+        if m["url"] == nil { problem(n, "nats: missing `url:` (nats://host:4222; credentials from NATS_USER/NATS_PASSWORD or NATS_TOKEN)"); return nil }
+        return nats
     }
 
     private static func parseRoute(_ n: Yams.Node, baseDir: String, registry: NodeRegistry, environment: [String: String],

@@ -4,6 +4,8 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOWebSocket
+import NATSClient
+import Nodes
 import PipelineCore
 import Synchronization
 
@@ -20,13 +22,62 @@ final class ServeServer: Sendable {
         var sessions: [ObjectIdentifier: ServeSession] = [:]
         var wyoming: Set<ObjectIdentifier> = []
         var channels: [any Channel] = []
+        var eventsLoop: Task<Void, Never>?
     }
     private let state = Mutex(State())
+    /// Session events on NATS JetStream (`nats:` in the configuration).
+    let events: NATSEventPublisher?
 
-    init(configuration: ServeConfiguration, logger: Logger) {
+    init(configuration: ServeConfiguration, logger: Logger, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         self.configuration = configuration
         self.logger = logger
         group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        if let n = configuration.nats {
+            var natsLogger = logger
+            natsLogger[metadataKey: "component"] = "nats"
+            events = try NATSEventPublisher(url: n.url, stream: n.stream, prefix: n.subjectPrefix, worker: n.worker, createStream: n.createStream,
+                                            capacity: n.buffer, environment: environment, logger: natsLogger)
+        } else {
+            events = nil
+        }
+    }
+
+    /// Whether a graph event of this name goes to NATS.
+    func publishes(_ name: String) -> Bool {
+        guard let n = configuration.nats else { return false }
+        return n.events?.contains(name) ?? true
+    }
+
+    /// Publishes what is left of the session events (up to `nats.flush_timeout_s`) and stops the publisher.
+    func closeEvents() async {
+        guard let events, let n = configuration.nats else { return }
+        let loop = state.withLock { $0.eventsLoop }
+        let stats = await events.publisher.close(timeout: .seconds(n.flushTimeoutS))
+        await loop?.value
+        if stats.held > 0 || stats.dropped > 0 || stats.rejected > 0 {
+            logger.error("NATS: \(stats.acknowledged) events stored; \(stats.held) not acknowledged at exit, \(stats.dropped) dropped (buffer full), \(stats.rejected) refused")
+        } else {
+            logger.notice("NATS: all \(stats.acknowledged) events stored")
+        }
+    }
+
+    /// NATS counters in Prometheus' text format.
+    func natsMetrics() -> String {
+        guard let events else { return "" }
+        let s = events.publisher.statistics
+        var out = ""
+        func metric(_ name: String, _ type: String, _ help: String, _ value: Double) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value == value.rounded() ? String(Int64(value)) : String(value))\n"
+        }
+        metric("voicepipe_nats_connected", "gauge", "1 while connected to NATS.", s.connected ? 1 : 0)
+        metric("voicepipe_nats_events_total", "counter", "Session events queued for NATS.", Double(s.accepted))
+        metric("voicepipe_nats_acknowledged_total", "counter", "Events stored by the JetStream stream.", Double(s.acknowledged))
+        metric("voicepipe_nats_dropped_total", "counter", "Events dropped because the buffer was full (NATS away too long).", Double(s.dropped))
+        metric("voicepipe_nats_rejected_total", "counter", "Events the stream refused for good.", Double(s.rejected))
+        metric("voicepipe_nats_resent_total", "counter", "Events sent again (acknowledgement late or connection lost).", Double(s.resent))
+        metric("voicepipe_nats_held", "gauge", "Events held now, waiting for NATS.", Double(s.held))
+        metric("voicepipe_nats_reconnects_total", "counter", "Connections to NATS lost.", Double(s.disconnects))
+        return out
     }
 
     var isDraining: Bool { state.withLock { $0.draining } }
@@ -36,6 +87,10 @@ final class ServeServer: Sendable {
     /// Binds the HTTP listener (and the Wyoming ports). Returns the HTTP port (useful with port 0).
     func start() async throws -> Int {
         let server = self
+        if let events {
+            let publisher = events.publisher
+            state.withLock { $0.eventsLoop = Task { await publisher.run() } }
+        }
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
@@ -189,7 +244,7 @@ private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannel
             else if !server.isReady { (status, type, body) = (.serviceUnavailable, "text/plain", "full: \(server.sessionCount) of \(server.configuration.maxSessions) sessions\n") }
             else { (status, type, body) = (.ok, "text/plain", "ready\n") }
         case (.GET, "/metrics"):
-            (status, type, body) = (.ok, "text/plain; version=0.0.4", server.metrics.render(draining: server.isDraining, maxSessions: server.configuration.maxSessions))
+            (status, type, body) = (.ok, "text/plain; version=0.0.4", server.metrics.render(draining: server.isDraining, maxSessions: server.configuration.maxSessions) + server.natsMetrics())
         default:
             if server.route(for: path) != nil {
                 (status, type, body) = server.isDraining ? (.serviceUnavailable, "text/plain", "draining\n")

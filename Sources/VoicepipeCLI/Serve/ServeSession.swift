@@ -112,11 +112,14 @@ final class ServeSession: Sendable {
         }
         server.metrics.sessionStarted(route: route.name)
         defer { server.remove(self) }
+        let bus = SessionEvents(server: server, route: route.name, session: sessionID(voiceID: voiceID))
+        bus.started(protocol: route.kind.rawValue, remote: channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" })
         let pipeline: Pipeline
         do {
             pipeline = try Pipeline(graph: route.graph, logger: Logger(label: "voicepipe.serve.\(route.name)"))
         } catch {
             server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: 0, drops: 0, mediaAgeP99Ms: nil)
+            await bus.finished(outcome: "error", audioBytes: 0, drops: 0)
             fail(code: 4000, websocketCode: "graph_failed", message: "cannot start the graph: \(error)", close: .unexpectedServerError, voiceID: voiceID)
             return
         }
@@ -125,7 +128,10 @@ final class ServeSession: Sendable {
         if route.kind == .tencentASR { send(json: ["code": 0, "message": "success", "voice_id": voiceID]) }
         let events = pipeline.events(buffer: 10_000)
         let forwarding = Task { [self] in
-            for await e in events { self.forward(e, voiceID: voiceID) }
+            for await e in events {
+                bus.forward(e)
+                self.forward(e, voiceID: voiceID)
+            }
         }
         let running = Task { try await pipeline.run() }
         let watchdog = Task { [self] in await self.watch(voiceID: voiceID) }
@@ -144,6 +150,7 @@ final class ServeSession: Sendable {
         }
         let seconds = Self.seconds(ContinuousClock.now - opened)
         server.metrics.sessionEnded(route: route.name, outcome: outcome, seconds: seconds, drops: drops, mediaAgeP99Ms: age)
+        await bus.finished(outcome: outcome, audioBytes: state.withLock { $0.bytes }, drops: drops)
         if let failure {
             server.metrics.error(route: route.name, code: "graph_failed")
             logger.warning("route '\(route.name)': session graph failed: \(failure)")
@@ -155,6 +162,16 @@ final class ServeSession: Sendable {
             send(json: ["code": 0, "message": "success", "voice_id": voiceID, "message_id": "\(voiceID)_\(id)", "final": 1])
         }
         close(.normalClosure)
+    }
+
+    /// The session's id on the bus: Tencent's voice_id; on other routes `session_id` or `voice_id` from the query, else random.
+    private func sessionID(voiceID: String) -> String {
+        if route.kind == .tencentASR && !voiceID.isEmpty { return voiceID }
+        let items = URLComponents(string: head.uri)?.queryItems ?? []
+        for name in ["session_id", "voice_id"] {
+            if let v = items.first(where: { $0.name == name })?.value, !v.isEmpty { return v }
+        }
+        return SessionEvents.randomID()
     }
 
     /// Pushes the client's audio into the graph until the client ends it (or leaves, or a limit is hit).

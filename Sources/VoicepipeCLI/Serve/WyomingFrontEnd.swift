@@ -113,16 +113,21 @@ final class WyomingServeConnection: Sendable {
         let started = ContinuousClock.now
         let run: Task<(any Error)?, Never>
         let collect: Task<Void, Never>
+        let bus: SessionEvents
+        var bytes = 0
 
-        init(pipeline: Pipeline, source: AppSourceNode, inputFormat: AudioFormat, converter: AudioConverter?) {
+        init(pipeline: Pipeline, source: AppSourceNode, inputFormat: AudioFormat, converter: AudioConverter?, bus: SessionEvents) {
             self.pipeline = pipeline
             self.source = source
             self.inputFormat = inputFormat
             self.converter = converter
+            self.bus = bus
             let events = pipeline.events(buffer: 10_000)
             let finals = self.finals
             collect = Task {
-                for await e in events where e.name == "transcript" {
+                for await e in events {
+                    bus.forward(e)
+                    guard e.name == "transcript" else { continue }
                     if case .bool(true)? = e["final"], let text = e["text"]?.stringValue, !text.isEmpty { finals.append(text) }
                 }
             }
@@ -140,7 +145,7 @@ final class WyomingServeConnection: Sendable {
             case "transcribe":
                 break
             case "audio-start":
-                if let s = session { s.pipeline.stop(); _ = await s.run.value; end(token) }
+                if let s = session { s.pipeline.stop(); _ = await s.run.value; await s.bus.finished(outcome: "abandoned", audioBytes: s.bytes, drops: 0); end(token) }
                 session = nil
                 token = nil
                 let spec = event.decode(AudioSpec.self)
@@ -161,9 +166,11 @@ final class WyomingServeConnection: Sendable {
                     let pipeline = try Pipeline(graph: route.graph, logger: Logger(label: "voicepipe.serve.\(route.name)"))
                     guard let source = pipeline.appSource(route.sourceID) else { throw PipelineError(node: route.sourceID, code: "no_source", message: "no app-source") }
                     let converter = format == route.format ? nil : try AudioConverter(from: format, to: route.format)
-                    session = Session(pipeline: pipeline, source: source, inputFormat: format, converter: converter)
+                    let bus = SessionEvents(server: server, route: route.name, session: SessionEvents.randomID())
+                    session = Session(pipeline: pipeline, source: source, inputFormat: format, converter: converter, bus: bus)
                     token = t
                     server.metrics.sessionStarted(route: route.name)
+                    bus.started(protocol: "wyoming", remote: channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" })
                 } catch {
                     server.removeWyoming(t)
                     server.metrics.error(route: route.name, code: "graph_failed")
@@ -172,6 +179,7 @@ final class WyomingServeConnection: Sendable {
             case "audio-chunk":
                 guard let s = session else { continue }
                 server.metrics.audio(route: route.name, bytes: event.payload.count)
+                s.bytes += event.payload.count
                 var samples = [Int16](repeating: 0, count: event.payload.count / 2)
                 for i in 0..<samples.count { samples[i] = Int16(bitPattern: UInt16(event.payload[2 * i]) | UInt16(event.payload[2 * i + 1]) << 8) }
                 samples.removeLast(samples.count % s.inputFormat.channels)
@@ -185,12 +193,14 @@ final class WyomingServeConnection: Sendable {
                 let seconds = ServeSession.seconds(ContinuousClock.now - s.started)
                 if let failure {
                     server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: seconds, drops: 0, mediaAgeP99Ms: nil)
+                    await s.bus.finished(outcome: "error", audioBytes: s.bytes, drops: 0)
                     send(WyomingEvent(type: "error", data: ["text": "\(failure)", "code": "graph_failed"]))
                 } else {
                     let drops = s.pipeline.edgeStats.reduce(0) { $0 + Int($1.dropped) }
                     server.metrics.sessionEnded(route: route.name, outcome: "completed", seconds: seconds, drops: drops,
                                                 mediaAgeP99Ms: s.pipeline.sinkAges.map(\.age.p99Ms).max())
                     server.metrics.firstResult(route: route.name, seconds: seconds)
+                    await s.bus.finished(outcome: "completed", audioBytes: s.bytes, drops: drops)
                     send(WyomingEvent(type: "transcript", data: ["text": s.finals.joined]))
                 }
                 end(token)
@@ -205,6 +215,7 @@ final class WyomingServeConnection: Sendable {
             s.pipeline.stop()
             _ = await s.run.value
             server.metrics.sessionEnded(route: route.name, outcome: "disconnected", seconds: ServeSession.seconds(ContinuousClock.now - s.started), drops: 0, mediaAgeP99Ms: nil)
+            await s.bus.finished(outcome: "disconnected", audioBytes: s.bytes, drops: 0)
         }
         end(token)
     }
