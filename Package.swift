@@ -101,14 +101,14 @@ let package = Package(
         ),
         .executableTarget(
             name: "voicepipe-bench",
-            dependencies: [core, "Nodes"],
+            dependencies: [core, "Nodes", "NATSClient", .product(name: "Logging", package: "swift-log")],
             path: "bench/Sources/voicepipe-bench",
             swiftSettings: strict
         ),
         // Mutation fuzzer for the parsers of untrusted input (bench/fuzz runs it).
         .executableTarget(
             name: "voicepipe-fuzz",
-            dependencies: [core, "Nodes"],
+            dependencies: [core, "Nodes", "NATSClient"],
             path: "bench/Sources/voicepipe-fuzz",
             swiftSettings: strict
         ),

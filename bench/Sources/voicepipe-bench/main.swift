@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import NATSClient
 import Nodes
 import PipelineCore
 import Synchronization
@@ -108,7 +110,32 @@ case "latency":
     let l = sink.latencies.withLock { $0 }
     let hops = Double(stages + 1)
     print("{\"bench\":\"latency\",\"stages\":\(stages),\"fused\":\(Pipeline.fusionAllowed),\"frames\":\(l.count),\"p50_us\":\(percentile(l, 0.5)),\"p99_us\":\(percentile(l, 0.99)),\"per_hop_p50_us\":\(percentile(l, 0.5) / hops),\"per_hop_p99_us\":\(percentile(l, 0.99) / hops)}")
+case "nats":
+    // JetStream publishing as serve does it: N events of the size of a transcript event, each with a
+    // Nats-Msg-Id and its own acknowledgement; timed from the first publish to the last acknowledgement.
+    let url = args.firstIndex(of: "--url").map { args[$0 + 1] } ?? "nats://127.0.0.1:4222"
+    let events = arg("events", 100_000), bytes = arg("bytes", 300), window = arg("window", 256)
+    var logger = Logger(label: "bench.nats")
+    logger.logLevel = .warning
+    var c = JetStreamPublisher.Configuration(options: try NATSOptions(url: url), stream: "BENCH", streamSubjects: ["bench.>"])
+    c.capacity = events + 1
+    c.window = window
+    let publisher = JetStreamPublisher(configuration: c, logger: logger)
+    let loop = Task { await publisher.run() }
+    // Connected (and the stream made) before timing.
+    _ = await publisher.publishAndWait(subject: "bench.warmup", payload: [1], timeout: .seconds(10))
+    while !publisher.statistics.connected { try await Task.sleep(for: .milliseconds(10)) }
+    _ = await publisher.flush(timeout: .seconds(10))
+    let payload = [UInt8](repeating: UInt8(ascii: "x"), count: bytes)
+    let t0 = Clock.nanos()
+    for i in 0..<events { publisher.publish(subject: "bench.s\(i % 64).transcript", payload: payload) }
+    let done = await publisher.flush(timeout: .seconds(300))
+    let secs = Double(Clock.nanos() - t0) / 1e9
+    let stats = await publisher.close(timeout: .seconds(1))
+    await loop.value
+    precondition(done && stats.held == 0 && stats.dropped == 0, "not all acknowledged: \(stats)")
+    print("{\"bench\":\"nats\",\"client\":\"voicepipe\",\"events\":\(events),\"bytes\":\(bytes),\"window\":\(window),\"seconds\":\(secs),\"events_per_s\":\(Int(Double(events) / secs)),\"resent\":\(stats.resent)}")
 default:
-    FileHandle.standardError.write(Data("usage: voicepipe-bench chain|latency [--stages N] [--frames N] [--samples N] [--capacity N] [--interval-us N] [--no-fuse]\n".utf8))
+    FileHandle.standardError.write(Data("usage: voicepipe-bench chain|latency|nats [--stages N] [--frames N] [--samples N] [--capacity N] [--interval-us N] [--no-fuse]\n".utf8))
     exit(2)
 }

@@ -8,6 +8,7 @@
 //   voicepipe-fuzz yaml --seconds 60 --seed 7
 //   voicepipe-fuzz replay wav crash-wav-000.bin
 import Foundation
+import NATSClient
 import Nodes
 import PipelineCore
 
@@ -222,6 +223,30 @@ let targets: [Target] = [
            run: { bytes in
                _ = try? DNSMessage.decode(bytes)
                _ = IntercomMessage.decode(bytes)
+           }),
+    Target(name: "nats", text: true,
+           dictionary: ["MSG ", "HMSG ", "INFO ", "PING\r\n", "PONG\r\n", "+OK\r\n", "-ERR '", "\r\n", "NATS/1.0", " 503", ": ", "{\"max_payload\":", " 99999999"],
+           seeds: {
+               ["INFO {\"server_id\":\"S\",\"max_payload\":1048576,\"headers\":true,\"jetstream\":true}\r\nPING\r\n",
+                "MSG voicepipe.asr.s1.transcript 1 _INBOX.a.1 5\r\nhello\r\n",
+                "HMSG _INBOX.x.7 2 37 52\r\nNATS/1.0\r\nNats-Msg-Id: m1\r\nX: y z\r\n\r\n{\"stream\":\"V\",\"seq\":9}\r\n",
+                "HMSG _INBOX.z 2 30 30\r\nNATS/1.0 503 No Responders\r\n\r\n\r\n-ERR 'Authorization Violation'\r\n"].map { Array($0.utf8) }
+           },
+           run: { bytes in
+               // Whole, and split in two at a point the input chooses: the same bounded decoder either way.
+               var p = NATSParser()
+               p.maxPayload = 1 << 16
+               p.feed(bytes)
+               while (try? p.next()) != nil {}
+               if let first = bytes.first, bytes.count > 1 {
+                   let cut = Int(first) % bytes.count
+                   var q = NATSParser()
+                   q.maxPayload = 1 << 16
+                   q.feed(bytes[..<cut])
+                   while (try? q.next()) != nil {}
+                   q.feed(bytes[cut...])
+                   while (try? q.next()) != nil {}
+               }
            }),
 ]
 
