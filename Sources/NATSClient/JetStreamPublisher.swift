@@ -225,10 +225,12 @@ public final class JetStreamPublisher: Sendable {
             return (s.queue.takeForSending(now: now), s.ackPrefix)
         }
         guard !batch.isEmpty else { return }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(batch.reduce(0) { $0 + $1.message.payload.count + 160 })
         for (seq, m) in batch {
-            connection.publish(m.subject, replyTo: "\(prefix).\(seq)", headers: [("Nats-Msg-Id", m.id)], payload: m.payload, flush: false)
+            NATSEncoder.publish(subject: m.subject, replyTo: "\(prefix).\(seq)", headers: [("Nats-Msg-Id", m.id)], payload: m.payload, into: &bytes)
         }
-        connection.flush()
+        connection.write(raw: bytes)
     }
 
     /// One connection attempt over the server list; true when connected (and the stream is there).
@@ -323,6 +325,8 @@ public final class JetStreamPublisher: Sendable {
             return s.queue.acknowledged(seq) == .stored ? id : nil
         }
         if let id { resolve(id, true) }
+        // Room in the window: send what waits.
+        doorbell.yield()
     }
 
     private func note(error: String) {

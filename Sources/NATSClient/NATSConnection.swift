@@ -94,6 +94,9 @@ public final class NATSConnection: Sendable {
         write(out, flush: flush)
     }
 
+    /// Writes already-encoded protocol operations (e.g. a batch of ``NATSEncoder/publish(subject:replyTo:headers:payload:into:)``) and flushes.
+    public func write(raw bytes: [UInt8]) { write(bytes) }
+
     /// Sends what ``publish(_:replyTo:headers:payload:flush:)`` buffered.
     public func flush() { channel.flush() }
 
