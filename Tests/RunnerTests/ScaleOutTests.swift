@@ -91,6 +91,8 @@ struct ScaleOutTests {
             }
             let finished = list.last?["data"] as? [String: Any]
             #expect(finished?["outcome"] as? String == "completed" && (finished?["audio_bytes"] as? Int ?? 0) > 40_000, "\(String(describing: finished))")
+            // The recognizer's own `finished` is folded into the session's one.
+            #expect(finished?["text"] as? String == "please open the garage door", "\(String(describing: finished))")
         }
         // Nothing twice: every message id once.
         let ids = messages.compactMap { $0["msg_id"] as? String }
@@ -142,6 +144,8 @@ struct ScaleOutTests {
         #expect(subjects.dropFirst().dropLast().allSatisfy { $0 == "voicepipe.kiosk.take-1.transcript" }, "\(subjects)")
         let finals = messages.compactMap { $0["data"] as? [String: Any] }.filter { $0["final"] as? Bool == true }.compactMap { $0["text"] as? String }
         #expect(finals == ["please open the garage door"], "\(finals)")
+        let finished = messages.last?["data"] as? [String: Any]
+        #expect(finished?["text"] as? String == "please open the garage door" && finished?["outcome"] as? String == "completed", "\(String(describing: finished))")
     }
 
     @Test("nats-sink with NATS unreachable: the run still ends, and says what was not stored")
@@ -185,5 +189,19 @@ struct ScaleOutTests {
     func kubernetesManifests() throws {
         let r = try ServeTests.voicepipeLike(packageRoot.appendingPathComponent("scripts/check-manifests.sh").path, [], timeout: 120)
         #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)")
+        // The ConfigMap's serve configuration and template, as the pod mounts them, pass `voicepipe serve --check`.
+        let dir = tempDir()
+        let extract = try ServeTests.voicepipeLike(Self.python, ["-c", """
+            import sys, yaml
+            for doc in yaml.safe_load_all(open(sys.argv[1])):
+                if doc and doc.get("kind") == "ConfigMap":
+                    for name, text in doc["data"].items():
+                        open(sys.argv[2] + "/" + name, "w").write(text)
+            """, packageRoot.appendingPathComponent("deploy/kubernetes/configmap.yaml").path, dir.path])
+        #expect(extract.status == 0, "\(extract.stderr)")
+        let check = try voicepipe(["serve", dir.appendingPathComponent("serve.yaml").path, "--check"],
+                                  environment: ["NATS_URL": "nats://nats:4222", "VOICEPIPE_WORKER": "voicepipe-0", "TENCENT_APPID": "1250000001",
+                                                "TENCENT_SECRET_ID": "AKIDexample", "TENCENT_SECRET_KEY": "example"])
+        #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
     }
 }

@@ -67,8 +67,9 @@ public struct NATSEventPublisher: Sendable {
 
 /// `nats-sink`: publishes events (and text frames) to NATS JetStream, at least once: held in a bounded
 /// buffer while the server is unreachable and sent on reconnect; the stream acknowledges each one.
-/// Subjects `<subject_prefix>.<route>.<session>.<event>`; a `started` event first and a `finished` one at
-/// the end of the input (with the counts). At the end the node waits up to `flush_timeout_ms` for the
+/// Subjects `<subject_prefix>.<route>.<session>.<event>`; a `started` event first and one `finished` at
+/// the end of the input (with the counts, and the `text` of the graph's own `finished` events, which are
+/// not published separately). At the end the node waits up to `flush_timeout_ms` for the
 /// last acknowledgements; what is still unacknowledged then is reported as an `error` event
 /// (`nats_unacknowledged`) and counted.
 ///
@@ -97,6 +98,7 @@ public actor NATSSinkNode: Node {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await publisher.run() }
             var sent = 0
+            var texts: [String] = []
             if c.lifecycle {
                 events.publish(Event("started", node: context.id, ts: context.elapsed, fields: [("protocol", "run")]), route: c.route, session: session)
             }
@@ -107,6 +109,11 @@ public actor NATSSinkNode: Node {
                 case .text(let t): event = Event("text", node: context.id, ts: context.elapsed, fields: [("text", .string(t))])
                 default: continue
                 }
+                // The recognizer's `finished` (the whole text) becomes part of the run's one `finished`.
+                if c.lifecycle && event.name == "finished" {
+                    if let t = event["text"]?.stringValue, !t.isEmpty { texts.append(t) }
+                    continue
+                }
                 if let wanted, !wanted.contains(event.name) { continue }
                 events.publish(event, route: c.route, session: session)
                 sent += 1
@@ -114,7 +121,8 @@ public actor NATSSinkNode: Node {
             if c.lifecycle {
                 let s = publisher.statistics
                 events.publish(Event("finished", node: context.id, ts: context.elapsed,
-                                     fields: [("outcome", "completed"), ("events", .int(Int64(sent))), ("dropped", .int(Int64(s.dropped)))]),
+                                     fields: [("outcome", "completed"), ("events", .int(Int64(sent))), ("dropped", .int(Int64(s.dropped))),
+                                              ("text", .string(texts.joined(separator: " ")))]),
                                route: c.route, session: session)
             }
             let stats = await publisher.close(timeout: .milliseconds(c.flushTimeoutMs))

@@ -2,13 +2,20 @@ import Foundation
 import NATSClient
 import Nodes
 import PipelineCore
+import Synchronization
 
 /// A session's events on NATS JetStream, when the serve configuration has `nats:` (otherwise every call
 /// does nothing): `started` once admitted, the graph's events as they come (filtered by `nats.events`),
 /// and `finished` exactly once at the end — published before the client's last answer and, while NATS
 /// is connected, acknowledged by the stream first (up to `nats.finished_ack_ms`), so a client that saw
-/// its session end finds `finished` in the stream even if this worker dies right after.
+/// its session end finds `finished` in the stream even if this worker dies right after. The graph's own
+/// `finished` events (the recognizer's whole-session text) are not published separately: their `text` is
+/// part of the session's one `finished`.
 struct SessionEvents: Sendable {
+    private final class Texts: Sendable {
+        let list = Mutex<[String]>([])
+    }
+    private let texts = Texts()
     let server: ServeServer
     let route: String
     /// The subject's session token: the client's voice_id (tencent-asr), `session_id`/`voice_id` from the
@@ -33,7 +40,12 @@ struct SessionEvents: Sendable {
     }
 
     func forward(_ event: Event) {
-        guard let events = server.events, server.publishes(event.name), event.name != "started", event.name != "finished" else { return }
+        guard let events = server.events else { return }
+        if event.name == "finished" {
+            if let text = event["text"]?.stringValue, !text.isEmpty { texts.list.withLock { $0.append(text) } }
+            return
+        }
+        guard server.publishes(event.name), event.name != "started" else { return }
         events.publish(event, route: route, session: session)
     }
 
@@ -44,6 +56,7 @@ struct SessionEvents: Sendable {
         var fields: [(String, EventValue)] = [("outcome", .string(outcome)), ("duration_s", .double((seconds * 1000).rounded() / 1000)),
                                               ("audio_bytes", .int(Int64(audioBytes))), ("drops", .int(Int64(drops)))]
         fields += extra
+        fields.append(("text", .string(texts.list.withLock { $0.joined(separator: " ") })))
         let e = Event("finished", node: "serve", ts: seconds, fields: fields)
         let stored = await events.publisher.publishAndWait(subject: events.subject(route: route, session: session, event: "finished"),
                                                            payload: NATSEventPublisher.payload(e, route: route, session: session, worker: events.worker),
