@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import NIOSSL
 import Synchronization
 
 /// One TCP connection to a NATS server, speaking the client protocol: `INFO` → `CONNECT` + `PING` →
@@ -55,8 +56,12 @@ public final class NATSConnection: Sendable {
         }
         do {
             let info = try await router.awaitInfo(timeout: options.connectTimeout)
-            if info.tlsRequired {
-                throw NATSError.handshake(server, "the server requires TLS, which this client does not speak")
+            if server.tls || info.tlsRequired {
+                // NATS sends INFO in clear, then the client starts TLS on the same connection.
+                guard info.tlsRequired || info.tlsAvailable else {
+                    throw NATSError.handshake(server, "tls:// was asked for, but the server does not offer TLS")
+                }
+                try await startTLS(channel: channel, server: server, options: options)
             }
             if info.nonce != nil && options.token == nil && options.user == nil && server.user == nil {
                 throw NATSError.handshake(server, "the server wants NKEY/JWT authentication (a signed nonce), which this client does not do; use user/password or a token")
@@ -81,6 +86,31 @@ public final class NATSConnection: Sendable {
             channel.close(promise: nil)
             throw NATSError.handshake(server, "\(error)")
         }
+    }
+
+    private static func startTLS(channel: any Channel, server: NATSServerAddress, options: NATSOptions) async throws {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let ca = options.tlsCAFile { tls.trustRoots = .file(ca) }
+        if let cert = options.tlsCertFile, let key = options.tlsKeyFile {
+            do {
+                tls.certificateChain = try NIOSSLCertificate.fromPEMFile(cert).map { .certificate($0) }
+                tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
+            } catch {
+                throw NATSError.handshake(server, "TLS client certificate \(cert) / key \(key): \(error)")
+            }
+        }
+        let isAddress = server.host.contains(":") || server.host.split(separator: ".").allSatisfy { Int($0) != nil }
+        let context: NIOSSLContext
+        do {
+            context = try NIOSSLContext(configuration: tls)
+        } catch {
+            throw NATSError.handshake(server, "TLS set-up: \(error)")
+        }
+        let hostname = isAddress ? nil : server.host
+        try await channel.eventLoop.submit {
+            let handler = try NIOSSLClientHandler(context: context, serverHostname: hostname)
+            try channel.pipeline.syncOperations.addHandler(handler, position: .first)
+        }.get()
     }
 
     /// True until the connection closed.

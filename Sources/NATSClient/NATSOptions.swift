@@ -7,13 +7,15 @@ public struct NATSServerAddress: Sendable, Equatable, CustomStringConvertible {
     /// Credentials written in the URL (`nats://user:password@host`, or `nats://token@host`).
     public var user: String?
     public var password: String?
+    /// `tls://`: TLS from the start of the session (after the server's INFO, as NATS does).
+    public var tls: Bool
 
-    public init(host: String, port: Int = 4222, user: String? = nil, password: String? = nil) {
-        self.host = host; self.port = port; self.user = user; self.password = password
+    public init(host: String, port: Int = 4222, user: String? = nil, password: String? = nil, tls: Bool = false) {
+        self.host = host; self.port = port; self.user = user; self.password = password; self.tls = tls
     }
 
     /// Without credentials, for logs.
-    public var description: String { "nats://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
+    public var description: String { "\(tls ? "tls" : "nats")://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
 }
 
 /// How to reach NATS and who to be: servers (from a URL list), credentials, limits.
@@ -34,18 +36,25 @@ public struct NATSOptions: Sendable {
     public var connectTimeout: Duration = .seconds(3)
     /// Interval of our keep-alive `PING`; the connection is closed after two unanswered ones.
     public var pingInterval: Duration = .seconds(10)
+    /// TLS: the CA certificates (PEM) that sign the server's certificate, instead of the system's.
+    public var tlsCAFile: String?
+    /// TLS client certificate and key (PEM), for servers that verify clients.
+    public var tlsCertFile: String?
+    public var tlsKeyFile: String?
 
-    /// Parses `nats://[user:password@]host[:port]`, comma-separated for several servers. `tls://` is refused
-    /// (this client speaks plain TCP; put NATS on a private network or behind a TLS-terminating proxy).
+    /// Parses `nats://[user:password@]host[:port]` or `tls://…` (TLS), comma-separated for several servers.
+    /// A `nats://` server that requires TLS (its INFO says so) gets TLS too.
     public init(url: String) throws {
         var servers: [NATSServerAddress] = []
         for part in url.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
             var text = part
+            var tls = false
             if let r = text.range(of: "://") {
                 let scheme = text[..<r.lowerBound].lowercased()
-                guard scheme == "nats" else {
-                    throw NATSError.badURL("\(part): scheme '\(scheme)' is not supported (use nats://; TLS is not available in this client)")
+                guard scheme == "nats" || scheme == "tls" else {
+                    throw NATSError.badURL("\(part): scheme '\(scheme)' is not supported (use nats:// or tls://)")
                 }
+                tls = scheme == "tls"
                 text = String(text[r.upperBound...])
             }
             while text.hasSuffix("/") { text.removeLast() }
@@ -75,22 +84,27 @@ public struct NATSOptions: Sendable {
                 port = p
             }
             guard !host.isEmpty else { throw NATSError.badURL("\(part): no host") }
-            servers.append(NATSServerAddress(host: host, port: port, user: user, password: password))
+            servers.append(NATSServerAddress(host: host, port: port, user: user, password: password, tls: tls))
         }
         guard !servers.isEmpty else { throw NATSError.badURL("'\(url)': no server; expected nats://host:4222") }
         self.servers = servers
     }
 
-    /// Credentials from the environment when the URL has none: `NATS_USER` + `NATS_PASSWORD`, or `NATS_TOKEN`.
+    /// Credentials from the environment when the URL has none: `NATS_USER` + `NATS_PASSWORD`, or `NATS_TOKEN`;
+    /// TLS files from `NATS_TLS_CA`, `NATS_TLS_CERT`, `NATS_TLS_KEY`.
     public mutating func applyEnvironment(_ env: [String: String]) {
-        if user == nil, let u = env["NATS_USER"], !u.isEmpty { user = u; password = env["NATS_PASSWORD"] }
-        if token == nil, let t = env["NATS_TOKEN"], !t.isEmpty { token = t }
+        func value(_ k: String) -> String? { env[k].flatMap { $0.isEmpty ? nil : $0 } }
+        if user == nil, let u = value("NATS_USER") { user = u; password = env["NATS_PASSWORD"] }
+        if token == nil, let t = value("NATS_TOKEN") { token = t }
+        tlsCAFile = tlsCAFile ?? value("NATS_TLS_CA")
+        tlsCertFile = tlsCertFile ?? value("NATS_TLS_CERT")
+        tlsKeyFile = tlsKeyFile ?? value("NATS_TLS_KEY")
     }
 
     /// The `CONNECT` fields for a server.
     func connectFields(for server: NATSServerAddress, info: NATSServerInfo) -> [String: Any] {
         var f: [String: Any] = [
-            "verbose": false, "pedantic": false, "tls_required": false, "name": name, "lang": "swift",
+            "verbose": false, "pedantic": false, "tls_required": server.tls || info.tlsRequired, "name": name, "lang": "swift",
             "version": "1.0", "protocol": 1, "headers": true, "no_responders": true, "echo": true,
         ]
         let u = server.user ?? user, p = server.password ?? password

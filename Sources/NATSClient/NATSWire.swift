@@ -61,6 +61,8 @@ public struct NATSServerInfo: Sendable, Equatable {
     public var headers = false
     public var authRequired = false
     public var tlsRequired = false
+    /// The server takes TLS if the client starts it (`tls_available`).
+    public var tlsAvailable = false
     /// Present when the server wants the nonce signed (NKEY / JWT authentication).
     public var nonce: String?
     public var jetStream = false
@@ -78,6 +80,7 @@ public struct NATSServerInfo: Sendable, Equatable {
         headers = object["headers"] as? Bool ?? false
         authRequired = object["auth_required"] as? Bool ?? false
         tlsRequired = object["tls_required"] as? Bool ?? false
+        tlsAvailable = object["tls_available"] as? Bool ?? false
         nonce = object["nonce"] as? String
         jetStream = object["jetstream"] as? Bool ?? false
     }

@@ -158,3 +158,70 @@ struct JetStreamServerTests {
         #expect(stats.held == 1 && stats.acknowledged == 0)
     }
 }
+
+/// TLS to nats-server (`--tls`): `tls://`, a `nats://` server that requires TLS, a private CA, and the
+/// error when the certificate cannot be verified.
+@Suite("NATS client over TLS", .serialized)
+struct NATSTLSTests {
+    /// A CA and a certificate for `localhost` / 127.0.0.1, made with the openssl tool.
+    static func makeCertificates() throws -> (ca: String, cert: String, key: String) {
+        let dir = NSTemporaryDirectory() + "vp-nats-tls-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let ext = dir + "/server.ext"
+        try "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n"
+            .write(toFile: ext, atomically: true, encoding: .utf8)
+        let steps: [[String]] = [
+            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dir + "/ca.key",
+             "-out", dir + "/ca.pem", "-days", "2", "-subj", "/CN=voicepipe NATS test CA",
+             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dir + "/server.key",
+             "-out", dir + "/server.csr", "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", dir + "/server.csr", "-CA", dir + "/ca.pem", "-CAkey", dir + "/ca.key", "-CAcreateserial",
+             "-out", dir + "/server.pem", "-days", "2", "-extfile", ext],
+        ]
+        for args in steps {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            p.arguments = args
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            p.waitUntilExit()
+            guard p.terminationStatus == 0 else { throw NATSError.badURL("openssl \(args.first ?? "") failed") }
+        }
+        return (dir + "/ca.pem", dir + "/server.pem", dir + "/server.key")
+    }
+
+    @Test func publishesOverTLSAndRefusesAnUnverifiableServer() async throws {
+        let files = try Self.makeCertificates()
+        let server = try NATSServerProcess(arguments: ["--tls", "--tlscert", files.cert, "--tlskey", files.key])
+        try await server.start()
+        // tls:// to the name in the certificate, trusting the private CA.
+        var options = try NATSOptions(url: "tls://localhost:\(server.port)")
+        options.applyEnvironment(["NATS_TLS_CA": files.ca])
+        var c = JetStreamPublisher.Configuration(options: options, stream: "VPTLS", streamSubjects: ["tls.>"])
+        c.ackTimeout = .seconds(1)
+        let p = JetStreamPublisher(configuration: c, logger: JetStreamServerTests.logger)
+        let loop = Task { await p.run() }
+        for i in 0..<100 { p.publish(subject: "tls.a", payload: Array("\(i)".utf8)) }
+        let stats = await p.close(timeout: .seconds(10))
+        await loop.value
+        #expect(stats.acknowledged == 100 && stats.held == 0, "\(stats) \(p.lastError ?? "")")
+        // nats:// to a server that requires TLS: TLS all the same; the address checked against the certificate's IP.
+        var plain = try NATSOptions(url: "nats://127.0.0.1:\(server.port)")
+        plain.tlsCAFile = files.ca
+        let conn = try await NATSConnection.connect(options: plain)
+        #expect(StreamCount(try await StreamReader(connection: conn, stream: "VPTLS").messageCount()) == StreamCount(100))
+        conn.close()
+        // Without the CA the server's certificate cannot be verified: a clear handshake error, no connection.
+        do {
+            _ = try await NATSConnection.connect(options: try NATSOptions(url: "tls://localhost:\(server.port)"))
+            Issue.record("an unverifiable certificate was accepted")
+        } catch let e as NATSError {
+            #expect("\(e)".contains("localhost:\(server.port)") && "\(e)".lowercased().contains("certificate"), "\(e)")
+        }
+    }
+}
+
+/// Makes a count comparison read as one in the test output.
+struct StreamCount: Equatable { let n: Int; init(_ n: Int) { self.n = n } }

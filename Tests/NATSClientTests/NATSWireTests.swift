@@ -99,7 +99,8 @@ struct NATSWireTests {
         #expect(o.servers == [NATSServerAddress(host: "nats-0", port: 4223, user: "alice", password: "s@cret"),
                               NATSServerAddress(host: "::1"), NATSServerAddress(host: "10.0.0.5")])
         #expect(o.servers[0].description == "nats://nats-0:4223")   // no credentials in logs
-        #expect(throws: NATSError.self) { try NATSOptions(url: "tls://nats:4222") }
+        #expect(try NATSOptions(url: "tls://nats:4222").servers == [NATSServerAddress(host: "nats", tls: true)])
+        #expect(throws: NATSError.self) { try NATSOptions(url: "wss://nats:4222") }
         #expect(throws: NATSError.self) { try NATSOptions(url: "nats://host:99999") }
         #expect(throws: NATSError.self) { try NATSOptions(url: " , ") }
         var e = try NATSOptions(url: "nats://h")

@@ -118,12 +118,12 @@ struct RobustnessTests {
             if kind == "fifo-wav" { expected = "raw" } else { extra = ", raw: { rate: 16000, channels: 1 }"; expectedStatus = 0 }
         case "empty-loop":
             path = dir.appendingPathComponent("empty.raw").path
-            FileManager.default.createFile(atPath: path, contents: Data())
+            _ = FileManager.default.createFile(atPath: path, contents: Data())
             extra = ", raw: { rate: 16000, channels: 1 }, loop: true"
             expected = "no audio samples"
         default:
             path = dir.appendingPathComponent("empty.raw").path
-            FileManager.default.createFile(atPath: path, contents: Data([1]))   // less than one sample
+            _ = FileManager.default.createFile(atPath: path, contents: Data([1]))   // less than one sample
             extra = ", raw: { rate: 16000, channels: 1 }"
             expected = "no audio samples"
             expectedStatus = 0

@@ -106,13 +106,13 @@ struct ScaleOutTests {
         let config = dir.appendingPathComponent("bad.yaml").path
         try """
             listen: { host: 127.0.0.1, port: 0 }
-            nats: { url: "tls://nats:4222", stream: "VOICE.PIPE", colour: blue }
+            nats: { url: "ws://nats:4222", stream: "VOICE.PIPE", colour: blue }
             routes:
               - { name: raw, path: /ws, protocol: websocket, graph: \(template) }
             """.write(toFile: config, atomically: true, encoding: .utf8)
         let r = try voicepipe(["serve", config, "--check"])
         #expect(r.status == 2)
-        #expect(r.stderr.contains("bad.yaml:2:") && r.stderr.contains("tls") && r.stderr.contains("VOICE.PIPE") && r.stderr.contains("colour"), "\(r.stderr)")
+        #expect(r.stderr.contains("bad.yaml:2:") && r.stderr.contains("ws") && r.stderr.contains("VOICE.PIPE") && r.stderr.contains("colour"), "\(r.stderr)")
     }
 
     @Test("nats-sink: `voicepipe run` publishes a file's recognition to JetStream (started, transcripts, finished)",

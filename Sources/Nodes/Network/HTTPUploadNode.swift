@@ -287,7 +287,7 @@ public actor HTTPUploadNode: Node {
             let type = response.headers.first(name: "Content-Type")?.lowercased() ?? ""
             let bytes = Array(body.readableBytesView)
             let isText = (type.isEmpty || type.hasPrefix("text/") || type.contains("json") || type.contains("xml"))
-                && String(validatingUTF8: bytes.map { CChar(bitPattern: $0) } + [0]) != nil
+                && !bytes.contains(0) && String(validating: bytes, as: UTF8.self) != nil
             var outcome = Outcome(status: status, body: "", problem: "", answerBytes: total, truncated: truncated)
             if isText && bytes.count <= Self.inlineAnswerLimit {
                 outcome.body = String(decoding: bytes, as: UTF8.self)

@@ -47,7 +47,8 @@ public struct UDPAddress: Sendable, CustomStringConvertible {
             }
         }
         guard rc == 0 else { return "?" }
-        let h = String(cString: host), p = String(cString: serv)
+        func text(_ c: [CChar]) -> String { String(decoding: c.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        let h = text(host), p = text(serv)
         return family == AF_INET6 ? "[\(h)]:\(p)" : "\(h):\(p)"
     }
 
