@@ -359,7 +359,11 @@ public final class JetStreamPublisher: Sendable {
         if let e = created?["error"] as? [String: Any] {
             // Another worker created it first.
             if e["err_code"] as? Int == 10058 { return }
-            throw NATSError.jetStream(code: e["code"] as? Int ?? 0, errCode: e["err_code"] as? Int ?? 0, description: e["description"] as? String ?? "?")
+            var description = e["description"] as? String ?? "?"
+            if e["err_code"] as? Int == 10065 {
+                description += " (another stream already takes \(configuration.streamSubjects.joined(separator: ", ")): name that stream, or publish under other subjects)"
+            }
+            throw NATSError.jetStream(code: e["code"] as? Int ?? 0, errCode: e["err_code"] as? Int ?? 0, description: description)
         }
         logger.notice("NATS: created stream \(name) (subjects \(configuration.streamSubjects.joined(separator: ", ")), file storage)")
     }

@@ -146,6 +146,22 @@ struct ScaleOutTests {
         #expect(finals == ["please open the garage door"], "\(finals)")
         let finished = messages.last?["data"] as? [String: Any]
         #expect(finished?["text"] as? String == "please open the garage door" && finished?["outcome"] as? String == "completed", "\(String(describing: finished))")
+
+        // `subject:` names the whole subject before the event; a new stream is made to take it.
+        let custom = try writeGraph("""
+            version: 1
+            nodes:
+              mic: { type: file-source, path: \(wav), realtime: false }
+              vad: { type: vad }
+              bus: { type: nats-sink, url: "nats://127.0.0.1:\(natsPort)", stream: KIOSK, subject: kiosk.front-door, events: [speech_start] }
+            links:
+              - mic -> vad
+              - vad.events -> bus
+            """, in: dir, name: "custom.yaml")
+        let k = try voicepipe(["run", custom], timeout: 60)
+        #expect(k.status == 0, "\(k.stderr)")
+        let kiosk = try Self.stream(natsPort, "KIOSK").compactMap { $0["subject"] as? String }
+        #expect(kiosk == ["kiosk.front-door.started", "kiosk.front-door.speech_start", "kiosk.front-door.finished"], "\(kiosk)")
     }
 
     @Test("nats-sink with NATS unreachable: the run still ends, and says what was not stored")

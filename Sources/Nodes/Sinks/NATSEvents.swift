@@ -22,13 +22,13 @@ public struct NATSEventPublisher: Sendable {
 
     /// `url` may list several servers; credentials from the URL or `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`.
     public init(url: String, stream: String, prefix: String = "voicepipe", worker: String? = nil, createStream: Bool = true,
-                capacity: Int = 10_000, ackTimeout: Duration = .seconds(2),
+                capacity: Int = 10_000, ackTimeout: Duration = .seconds(2), streamSubjects: [String]? = nil,
                 environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger) throws {
         var options = try NATSOptions(url: url)
         options.applyEnvironment(environment)
         let worker = (worker?.isEmpty == false ? worker : nil) ?? Self.defaultWorker(environment)
         options.name = "voicepipe \(worker)"
-        var c = JetStreamPublisher.Configuration(options: options, stream: stream, streamSubjects: [prefix + ".>"])
+        var c = JetStreamPublisher.Configuration(options: options, stream: stream, streamSubjects: streamSubjects ?? [prefix + ".>"])
         c.createStream = createStream
         c.capacity = capacity
         c.ackTimeout = ackTimeout
@@ -43,14 +43,15 @@ public struct NATSEventPublisher: Sendable {
         return "\(ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "host")-\(getpid())"
     }
 
-    /// The subject of an event.
-    public func subject(route: String, session: String, event: String) -> String {
-        "\(prefix).\(NATSSubject.token(route)).\(NATSSubject.token(session)).\(NATSSubject.token(event))"
+    /// The subject of an event: `<prefix>.<route>.<session>.<event>`, or `<base>.<event>` when `base` is given.
+    public func subject(route: String, session: String, event: String, base: String? = nil) -> String {
+        if let base { return "\(base).\(NATSSubject.token(event))" }
+        return "\(prefix).\(NATSSubject.token(route)).\(NATSSubject.token(session)).\(NATSSubject.token(event))"
     }
 
     /// Queues `event` (never blocks).
-    public func publish(_ event: Event, route: String, session: String) {
-        publisher.publish(subject: subject(route: route, session: session, event: event.name),
+    public func publish(_ event: Event, route: String, session: String, base: String? = nil) {
+        publisher.publish(subject: subject(route: route, session: session, event: event.name, base: base),
                           payload: Self.payload(event, route: route, session: session, worker: worker))
     }
 
@@ -86,21 +87,25 @@ public actor NATSSinkNode: Node {
         let url = c.url.isEmpty ? (env["NATS_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "nats://127.0.0.1:4222") : c.url
         let events: NATSEventPublisher
         do {
+            let base = c.subject.flatMap { $0.isEmpty ? nil : $0 }
+            // A stream this node creates takes exactly what it publishes (streams may not overlap).
             events = try NATSEventPublisher(url: url, stream: c.stream, prefix: c.subjectPrefix, worker: c.worker, createStream: c.createStream,
-                                            capacity: c.buffer, ackTimeout: .milliseconds(c.ackTimeoutMs), environment: env, logger: context.logger)
+                                            capacity: c.buffer, ackTimeout: .milliseconds(c.ackTimeoutMs), streamSubjects: base.map { [$0 + ".>"] },
+                                            environment: env, logger: context.logger)
         } catch {
             throw NodeError("nats_config", "\(error)")
         }
         let session = c.session.flatMap { $0.isEmpty ? nil : $0 } ?? String(NATSConnectionID.make().prefix(12))
         let wanted = c.events.map(Set.init)
         let publisher = events.publisher
-        context.logger.info("publishing to \(events.subject(route: c.route, session: session, event: "*")) on stream \(c.stream)")
+        let base = c.subject.flatMap { $0.isEmpty ? nil : $0 }
+        context.logger.info("publishing to \(events.subject(route: c.route, session: session, event: "*", base: base)) on stream \(c.stream)")
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await publisher.run() }
             var sent = 0
             var texts: [String] = []
             if c.lifecycle {
-                events.publish(Event("started", node: context.id, ts: context.elapsed, fields: [("protocol", "run")]), route: c.route, session: session)
+                events.publish(Event("started", node: context.id, ts: context.elapsed, fields: [("protocol", "run")]), route: c.route, session: session, base: base)
             }
             for await frame in context.input() {
                 let event: Event
@@ -115,7 +120,7 @@ public actor NATSSinkNode: Node {
                     continue
                 }
                 if let wanted, !wanted.contains(event.name) { continue }
-                events.publish(event, route: c.route, session: session)
+                events.publish(event, route: c.route, session: session, base: base)
                 sent += 1
             }
             if c.lifecycle {
@@ -123,7 +128,7 @@ public actor NATSSinkNode: Node {
                 events.publish(Event("finished", node: context.id, ts: context.elapsed,
                                      fields: [("outcome", "completed"), ("events", .int(Int64(sent))), ("dropped", .int(Int64(s.dropped))),
                                               ("text", .string(texts.joined(separator: " ")))]),
-                               route: c.route, session: session)
+                               route: c.route, session: session, base: base)
             }
             let stats = await publisher.close(timeout: .milliseconds(c.flushTimeoutMs))
             context.count("published", by: stats.acknowledged)
@@ -156,6 +161,8 @@ public actor NATSSinkNode: Node {
         public var route: String
         /// Third subject token; empty = a random id per run.
         public var session: String?
+        /// The whole subject before `.<event>`, instead of `<subject_prefix>.<route>.<session>`.
+        public var subject: String?
         /// `worker` in every payload; empty = `$VOICEPIPE_WORKER`, else host name and process id.
         public var worker: String?
         /// Only these event names (all when absent).
@@ -177,6 +184,7 @@ public actor NATSSinkNode: Node {
             ParamSpec("subject_prefix", .string, default: "voicepipe", doc: "first token of the subjects <prefix>.<route>.<session>.<event>"),
             ParamSpec("route", .string, default: "run", doc: "second subject token"),
             ParamSpec("session", .string, doc: "third subject token (default: a random id per run)"),
+            ParamSpec("subject", .string, doc: "the subject before .<event>, replacing <subject_prefix>.<route>.<session> (e.g. kiosk.front-door → kiosk.front-door.transcript); the stream must take it"),
             ParamSpec("worker", .string, doc: "worker field of every event (default: $VOICEPIPE_WORKER, else host name and process id)"),
             ParamSpec("events", .stringList, doc: "publish only these event names (default: all)"),
             ParamSpec("lifecycle", .bool, default: true, doc: "publish `started` at the start and `finished` at the end of the input"),
@@ -190,6 +198,9 @@ public actor NATSSinkNode: Node {
             var p: [String] = []
             if !url.isEmpty {
                 do { _ = try NATSOptions(url: url) } catch { p.append("\(error)") }
+            }
+            if let subject, !subject.isEmpty, !NATSSubject.isValidForPublish(subject + ".x") {
+                p.append("subject '\(subject)': expected dot-separated tokens without wildcards or spaces")
             }
             if !NATSSubject.isValidForPublish(subjectPrefix + ".x") { p.append("subject_prefix '\(subjectPrefix)': expected dot-separated tokens without wildcards or spaces") }
             if stream.isEmpty || stream.contains(where: { ".*> \t".contains($0) }) { p.append("stream '\(stream)': a stream name has no '.', '*', '>' or spaces") }
