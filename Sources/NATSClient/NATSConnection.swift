@@ -63,11 +63,11 @@ public final class NATSConnection: Sendable {
                 }
                 try await startTLS(channel: channel, server: server, options: options)
             }
-            if info.nonce != nil && options.token == nil && options.user == nil && server.user == nil {
-                throw NATSError.handshake(server, "the server wants NKEY/JWT authentication (a signed nonce), which this client does not do; use user/password or a token")
+            if info.authRequired && info.nonce != nil && options.nkeyFile == nil && options.token == nil && options.user == nil && server.user == nil {
+                throw NATSError.handshake(server, "the server wants NKEY authentication (a signed nonce): set NATS_NKEY to a file with the user's seed")
             }
             let connection = NATSConnection(server: server, info: info, channel: channel, router: router)
-            var out = NATSEncoder.connect(options.connectFields(for: server, info: info))
+            var out = NATSEncoder.connect(try options.connectFields(for: server, info: info))
             out += NATSEncoder.ping
             let pong = router.expectPong()
             connection.write(out)

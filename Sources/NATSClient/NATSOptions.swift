@@ -41,6 +41,8 @@ public struct NATSOptions: Sendable {
     /// TLS client certificate and key (PEM), for servers that verify clients.
     public var tlsCertFile: String?
     public var tlsKeyFile: String?
+    /// NKEY authentication: a file holding a user seed (`SU…`; `NATS_NKEY`).
+    public var nkeyFile: String?
 
     /// Parses `nats://[user:password@]host[:port]` or `tls://…` (TLS), comma-separated for several servers.
     /// A `nats://` server that requires TLS (its INFO says so) gets TLS too.
@@ -90,8 +92,8 @@ public struct NATSOptions: Sendable {
         self.servers = servers
     }
 
-    /// Credentials from the environment when the URL has none: `NATS_USER` + `NATS_PASSWORD`, or `NATS_TOKEN`;
-    /// TLS files from `NATS_TLS_CA`, `NATS_TLS_CERT`, `NATS_TLS_KEY`.
+    /// Credentials from the environment when the URL has none: `NATS_USER` + `NATS_PASSWORD`, `NATS_TOKEN`, or
+    /// `NATS_NKEY` (a user seed file); TLS files from `NATS_TLS_CA`, `NATS_TLS_CERT`, `NATS_TLS_KEY`.
     public mutating func applyEnvironment(_ env: [String: String]) {
         func value(_ k: String) -> String? { env[k].flatMap { $0.isEmpty ? nil : $0 } }
         if user == nil, let u = value("NATS_USER") { user = u; password = env["NATS_PASSWORD"] }
@@ -99,10 +101,11 @@ public struct NATSOptions: Sendable {
         tlsCAFile = tlsCAFile ?? value("NATS_TLS_CA")
         tlsCertFile = tlsCertFile ?? value("NATS_TLS_CERT")
         tlsKeyFile = tlsKeyFile ?? value("NATS_TLS_KEY")
+        nkeyFile = nkeyFile ?? value("NATS_NKEY")
     }
 
     /// The `CONNECT` fields for a server.
-    func connectFields(for server: NATSServerAddress, info: NATSServerInfo) -> [String: Any] {
+    func connectFields(for server: NATSServerAddress, info: NATSServerInfo) throws -> [String: Any] {
         var f: [String: Any] = [
             "verbose": false, "pedantic": false, "tls_required": server.tls || info.tlsRequired, "name": name, "lang": "swift",
             "version": "1.0", "protocol": 1, "headers": true, "no_responders": true, "echo": true,
@@ -111,6 +114,11 @@ public struct NATSOptions: Sendable {
         if let u, let p { f["user"] = u; f["pass"] = p }
         else if let u { f["auth_token"] = u }        // nats://token@host
         else if let token { f["auth_token"] = token }
+        if let nkeyFile {
+            let key = try NKey.fromFile(nkeyFile)
+            f["nkey"] = key.publicKey
+            if let nonce = info.nonce { f["sig"] = try key.sign(nonce: nonce) }
+        }
         return f
     }
 }

@@ -225,3 +225,51 @@ struct NATSTLSTests {
 
 /// Makes a count comparison read as one in the test output.
 struct StreamCount: Equatable { let n: Int; init(_ n: Int) { self.n = n } }
+
+/// NKEY authentication against nats-server configured with a user's public key: the server checks our
+/// encoding of the key and our signature of its nonce.
+@Suite("NATS client with NKEY authentication", .serialized)
+struct NATSNKeyTests {
+    @Test func theServerAcceptsOurSignatureAndRefusesAnotherKey() async throws {
+        let key = NKey.generateUser()
+        #expect(key.publicKey.hasPrefix("U") && key.publicKey.count == 56)
+        #expect(key.seed.hasPrefix("SU") && key.seed.count == 58)
+        #expect(try NKey(seed: key.seed).publicKey == key.publicKey)      // round trip of our own text form
+        var broken = Array(key.seed)
+        broken[10] = broken[10] == "A" ? "B" : "A"
+        #expect(throws: NATSError.self) { try NKey(seed: String(broken)) }  // the checksum catches a typo
+
+        let dir = NSTemporaryDirectory() + "vp-nkey-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let config = dir + "/server.conf"
+        try "authorization { users = [ { nkey: \(key.publicKey) } ] }\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let server = try NATSServerProcess(arguments: ["-c", config])
+        try await server.start()
+        let seedFile = dir + "/user.nk"
+        try "# a user seed\n\(key.seed)\n".write(toFile: seedFile, atomically: true, encoding: .utf8)
+
+        var options = try NATSOptions(url: server.url)
+        options.applyEnvironment(["NATS_NKEY": seedFile])
+        let c = try await NATSConnection.connect(options: options)
+        try await c.roundTrip(timeout: .seconds(2))
+        c.close()
+
+        // Without a key: told what to set. With another key: refused by the server.
+        do {
+            _ = try await NATSConnection.connect(options: try NATSOptions(url: server.url))
+            Issue.record("connected without credentials")
+        } catch let e as NATSError {
+            #expect("\(e)".contains("NATS_NKEY"), "\(e)")
+        }
+        let other = dir + "/other.nk"
+        try NKey.generateUser().seed.write(toFile: other, atomically: true, encoding: .utf8)
+        var wrong = try NATSOptions(url: server.url)
+        wrong.nkeyFile = other
+        do {
+            _ = try await NATSConnection.connect(options: wrong)
+            Issue.record("another key was accepted")
+        } catch let e as NATSError {
+            #expect("\(e)".lowercased().contains("authorization"), "\(e)")
+        }
+    }
+}

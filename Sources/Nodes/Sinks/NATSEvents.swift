@@ -179,7 +179,7 @@ public actor NATSSinkNode: Node {
         public var flushTimeoutMs: Int
 
         public static let parameters: [ParamSpec] = [
-            ParamSpec("url", .string, default: "", secret: true, doc: "nats://[user:password@]host:port or tls://… (comma-separated for several); empty = $NATS_URL or nats://127.0.0.1:4222; credentials also from NATS_USER/NATS_PASSWORD or NATS_TOKEN, TLS files from NATS_TLS_CA/NATS_TLS_CERT/NATS_TLS_KEY"),
+            ParamSpec("url", .string, default: "", secret: true, doc: "nats://[user:password@]host:port or tls://… (comma-separated for several); empty = $NATS_URL or nats://127.0.0.1:4222; credentials also from NATS_USER/NATS_PASSWORD, NATS_TOKEN or NATS_NKEY (seed file), TLS files from NATS_TLS_CA/NATS_TLS_CERT/NATS_TLS_KEY"),
             ParamSpec("stream", .string, default: "VOICEPIPE", doc: "JetStream stream the subjects belong to"),
             ParamSpec("subject_prefix", .string, default: "voicepipe", doc: "first token of the subjects <prefix>.<route>.<session>.<event>"),
             ParamSpec("route", .string, default: "run", doc: "second subject token"),
