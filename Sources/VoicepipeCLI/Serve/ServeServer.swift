@@ -23,6 +23,9 @@ final class ServeServer: Sendable {
         var wyoming: Set<ObjectIdentifier> = []
         var channels: [any Channel] = []
         var eventsLoop: Task<Void, Never>?
+        /// WebSocket upgrades accepted before a drain began whose sessions have not been admitted yet:
+        /// they are admitted even while draining, and the drain waits for them.
+        var pending = 0
     }
     private let state = Mutex(State())
     /// Session events on NATS JetStream (`nats:` in the configuration).
@@ -81,7 +84,21 @@ final class ServeServer: Sendable {
     }
 
     var isDraining: Bool { state.withLock { $0.draining } }
-    var sessionCount: Int { state.withLock { $0.sessions.count + $0.wyoming.count } }
+    var sessionCount: Int { state.withLock { $0.sessions.count + $0.wyoming.count + $0.pending } }
+
+    /// Called when a WebSocket upgrade is about to be accepted: false while draining (the upgrade is then
+    /// answered 503, which a load balancer retries elsewhere). A true answer must be followed by
+    /// ``admit(_:)`` or ``releaseUpgrade()``.
+    func reserveUpgrade() -> Bool {
+        state.withLock { s in
+            guard !s.draining else { return false }
+            s.pending += 1
+            return true
+        }
+    }
+
+    /// The upgraded connection ended before its session was admitted (refused by its protocol's checks).
+    func releaseUpgrade() { state.withLock { $0.pending = max(0, $0.pending - 1) } }
     var isReady: Bool { state.withLock { !$0.draining && $0.sessions.count + $0.wyoming.count < configuration.maxSessions } }
 
     /// Binds the HTTP listener (and the Wyoming ports). Returns the HTTP port (useful with port 0).
@@ -102,13 +119,13 @@ final class ServeServer: Sendable {
                         shouldUpgrade: { ch, head in
                             let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
                             guard let (route, captures) = server.route(for: path) else { return ch.eventLoop.makeSucceededFuture(nil) }
-                            guard !server.isDraining else { return ch.eventLoop.makeSucceededFuture(nil) }
+                            guard server.reserveUpgrade() else { return ch.eventLoop.makeSucceededFuture(nil) }
                             box.value = (route, captures)
                             return ch.eventLoop.makeSucceededFuture(HTTPHeaders())
                         },
                         upgradePipelineHandler: { ch, head in
                             ch.eventLoop.makeCompletedFuture {
-                                guard let (route, captures) = box.value else { throw ChannelError.inappropriateOperationForState }
+                                guard let (route, captures) = box.value else { server.releaseUpgrade(); throw ChannelError.inappropriateOperationForState }
                                 let session = ServeSession(server: server, route: route, head: head, captures: captures, channel: ch)
                                 try ch.pipeline.syncOperations.addHandler(WebSocketSessionHandler(session: session))
                             }
@@ -155,10 +172,12 @@ final class ServeServer: Sendable {
         return nil
     }
 
-    /// Admits a session unless the server is full or draining.
+    /// Admits a session unless the server is full (draining was checked when its upgrade was accepted).
     func admit(_ session: ServeSession) -> Bool {
         state.withLock { s in
-            guard !s.draining, s.sessions.count + s.wyoming.count < configuration.maxSessions else { return false }
+            // Its upgrade was reserved before any drain began: a drain since then does not refuse it.
+            s.pending = max(0, s.pending - 1)
+            guard s.sessions.count + s.wyoming.count < configuration.maxSessions else { return false }
             s.sessions[ObjectIdentifier(session)] = session
             return true
         }

@@ -94,6 +94,7 @@ final class ServeSession: Sendable {
         if route.kind == .tencentASR {
             switch TencentFrontEnd.check(head: head, captures: captures, route: route) {
             case .failure(let problem):
+                server.releaseUpgrade()
                 server.metrics.refused(route: route.name, code: "\(problem.code)")
                 logger.info("route '\(route.name)': refused (\(problem.code) \(problem.message))")
                 send(json: ["code": problem.code, "message": problem.message, "voice_id": problem.voiceID])
@@ -104,9 +105,8 @@ final class ServeSession: Sendable {
             }
         }
         guard server.admit(self) else {
-            let code = server.isDraining ? "draining" : "busy"
-            server.metrics.refused(route: route.name, code: code)
-            fail(code: 4006, websocketCode: code, message: server.isDraining ? "the server is shutting down" : "too many sessions (max_sessions \(server.configuration.maxSessions))",
+            server.metrics.refused(route: route.name, code: "busy")
+            fail(code: 4006, websocketCode: "busy", message: "too many sessions (max_sessions \(server.configuration.maxSessions))",
                  close: .unexpectedServerError, voiceID: voiceID)
             return
         }
