@@ -165,16 +165,32 @@ class Cluster:
         self.nats_url = None
         self.nginx_port = None
 
-    def start_nats(self):
-        port = free_port()
+    def start_nats(self, port=None):
+        """Starts nats-server with JetStream; again on the same port and store after an outage."""
+        port = port or free_port()
         os.makedirs(os.path.join(self.tmp, "js"), exist_ok=True)
+        n = sum(1 for x in self.procs if x.name == "nats")
         p = Proc("nats", ["nats-server", "-js", "-sd", os.path.join(self.tmp, "js"), "-p", str(port), "-a", "127.0.0.1"],
-                 os.path.join(self.tmp, "nats.log"))
+                 os.path.join(self.tmp, f"nats{n or ''}.log"))
         self.procs.append(p)
         if not wait_port(port, p, 15):
             raise RuntimeError(f"nats-server did not come up (see {p.logpath})")
-        self.nats_url = f"nats://127.0.0.1:{port}"
+        self.nats_url, self.nats_port, self.nats_proc = f"nats://127.0.0.1:{port}", port, p
         log(f"nats-server (JetStream) at {self.nats_url}")
+
+    def nats_outage(self, seconds):
+        """SIGKILL to nats-server (no goodbye, as a crash), and a restart on the same port and store after `seconds`."""
+        self.nats_proc.send(signal.SIGKILL)
+        self.nats_proc.exited.wait(5)
+
+        def restart():
+            try:
+                self.start_nats(self.nats_port)
+            except RuntimeError as e:
+                log(f"nats-server restart failed: {e}")
+        # From the event loop's thread, not a timer thread: children die with the thread that started them
+        # (PR_SET_PDEATHSIG), and a timer thread ends at once.
+        asyncio.get_running_loop().call_later(seconds, restart)
 
     def write_serve_yaml(self):
         graph = os.path.join(ROOT, "pipelines", "serve-recognizer.yaml")
@@ -308,6 +324,11 @@ class Load:
                 self.faults[kind] = {"worker": name, "t": time.monotonic(), "at_completed": self.completed}
                 p.send(sig)
                 log(f"{kind.upper()} -> worker {name} (pid {p.pid}) after {self.completed} completed sessions")
+        after = self.a.nats_outage_after
+        if after and not self.a.no_nats and "nats_outage" not in self.faults and self.completed >= after:
+            self.faults["nats_outage"] = {"t": time.monotonic(), "at_completed": self.completed, "seconds": self.a.nats_outage_s}
+            log(f"NATS outage: SIGKILL -> nats-server after {self.completed} completed sessions, restarted in {self.a.nats_outage_s:g} s")
+            self.cluster.nats_outage(self.a.nats_outage_s)
 
     async def attempt(self, sid, n):
         sentence, audio, rate = self.speech[sid % len(self.speech)]
@@ -639,6 +660,7 @@ def analyse(a, cluster, load, access, nats_result, wall_s, usage):
         "retries_caused_by_sigkill": sigkill["failed_attempts"] if sigkill else 0,
         "wrong_transcripts": len(wrong),
         "served_per_worker": dict(served), "workers": per_worker, "sigterm": sigterm, "sigkill": sigkill,
+        "nats_outage": ({k: v for k, v in load.faults["nats_outage"].items() if k != "t"} if "nats_outage" in load.faults else None),
         "latency_s": {"attempt_p50": pct(lat, 0.5), "attempt_p99": pct(lat, 0.99), "session_p50": pct(slat, 0.5), "session_p99": pct(slat, 0.99)},
         "wall_s": wall_s, "sessions_per_s": len(completed) / wall_s if wall_s else None,
     }
@@ -676,6 +698,9 @@ def text_report(r):
         k = r["sigkill"]
         L.append(f"  SIGKILL {k['worker']} after {k['at_completed']}: attempts failed on it {k['failed_attempts']}, "
                  f"sessions retried and completed elsewhere {k['retried_and_completed_elsewhere']}")
+    if r.get("nats_outage"):
+        o = r["nats_outage"]
+        L.append(f"  NATS outage after {o['at_completed']}: nats-server killed (SIGKILL), restarted on its store {o['seconds']:g} s later")
     if "nats" in r:
         n = r["nats"]
         L.append(f"  NATS: {n['messages']} messages, {n['bytes']} bytes ({n['messages_per_session']:.1f} msgs, "
@@ -697,6 +722,8 @@ def markdown_report(r, argv):
          + ("as fast as possible" if not c["pace"] else f"at {c['pace']}x real time") + ". "
          + (f"Worker 1 gets SIGTERM after {c['sigterm_after']} completed sessions" if c["sigterm_after"] else "No SIGTERM")
          + (f", worker 2 SIGKILL after {c['sigkill_after']}" if c["sigkill_after"] else ", no SIGKILL")
+         + (f", nats-server SIGKILL after {r['nats_outage']['at_completed']} and restarted on its store {r['nats_outage']['seconds']:g} s later"
+            if r.get("nats_outage") else "")
          + f"; a failed attempt is retried through nginx with a new voice_id (up to {c['attempts']} attempts).", "",
          "| sessions completed | attempts | retries (SIGKILL) | wrong transcripts | connect → final p50 / p99 | wall time | sessions/s |",
          "|---:|---:|---:|---:|---:|---:|---:|",
@@ -802,6 +829,9 @@ def main():
     ap.add_argument("--attempt-timeout", type=float, default=120.0, help="seconds for one attempt's final")
     ap.add_argument("--max-sessions", type=int, default=50, help="max_sessions of each worker")
     ap.add_argument("--min-overlap", type=float, default=0.6, help="share of the sentence's words the final transcript must have")
+    ap.add_argument("--nats-outage-after", type=int, default=None,
+                    help="SIGKILL nats-server after N completed sessions and restart it on its store (default 5*sessions/6; 0 = never)")
+    ap.add_argument("--nats-outage-s", type=float, default=3.0, help="seconds nats-server stays down")
     ap.add_argument("--no-nats", action="store_true", help="no nats-server, no `nats:` key (the worker of a session comes from nginx's log)")
     ap.add_argument("--json", metavar="OUT", help="write the results (and every attempt) as JSON")
     ap.add_argument("--markdown", metavar="OUT", help="write a results section for BENCHMARKS.md")
@@ -811,6 +841,9 @@ def main():
         a.sigterm_after = a.sessions // 3
     if a.sigkill_after is None:
         a.sigkill_after = a.sessions * 2 // 3
+    if a.nats_outage_after is None:
+        # After the SIGKILL: events a worker holds while NATS is down die with it if it is killed then.
+        a.nats_outage_after = a.sessions * 5 // 6
     faulted = (1 if a.sigterm_after else 0) + (1 if a.sigkill_after else 0)
     if a.workers < faulted + 1:
         ap.error(f"--workers {a.workers}: the faults need at least {faulted + 1} workers (one must survive)")
