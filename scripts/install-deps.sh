@@ -22,6 +22,21 @@ echo "install-deps: installing ${missing[*]}"
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
+# nginx and nats-server are Debian services that start when installed (nginx on port 80, where a failed
+# bind also fails the install); the tests run private instances on free ports. Keep them from starting:
+# a policy-rc.d that refuses service starts while apt runs (unless the machine has its own), and the
+# services left disabled.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  trap '$sudo rm -f "$policy"' EXIT
+  printf '#!/bin/sh\n# written by voicepipe scripts/install-deps.sh while it installs packages\nexit 101\n' | $sudo tee "$policy" >/dev/null
+  $sudo chmod 755 "$policy"
+fi
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ -d /run/systemd/system ]; then
+  for service in nginx nats-server; do
+    [[ " ${missing[*]} " == *" $service "* ]] && $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
+  done
+fi
 echo "install-deps: done"

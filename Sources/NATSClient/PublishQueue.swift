@@ -145,11 +145,6 @@ public struct PublishQueue: Sendable {
         requeueFront(back)
     }
 
-    /// Time until the earliest in-flight message is overdue (nil when nothing is in flight).
-    public func nextDeadline() -> ContinuousClock.Instant? {
-        inFlight.values.compactMap { $0.sentAt.map { $0 + ackTimeout } }.min()
-    }
-
     private mutating func requeueFront(_ entries: [Entry]) {
         guard !entries.isEmpty else { return }
         let rest = Array(waiting[waitingHead...])

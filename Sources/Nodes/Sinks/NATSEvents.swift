@@ -37,6 +37,12 @@ public struct NATSEventPublisher: Sendable {
         self.worker = worker
     }
 
+    /// A random session id (16 hex digits), for sessions the client did not name.
+    public static func newSessionID() -> String {
+        var g = SystemRandomNumberGenerator()
+        return String(format: "%016llx", g.next() as UInt64)
+    }
+
     /// `VOICEPIPE_WORKER`, else the host name (a pod's name in Kubernetes) and the process id.
     public static func defaultWorker(_ environment: [String: String]) -> String {
         if let w = environment["VOICEPIPE_WORKER"], !w.isEmpty { return w }
@@ -95,7 +101,7 @@ public actor NATSSinkNode: Node {
         } catch {
             throw NodeError("nats_config", "\(error)")
         }
-        let session = c.session.flatMap { $0.isEmpty ? nil : $0 } ?? String(NATSConnectionID.make().prefix(12))
+        let session = c.session.flatMap { $0.isEmpty ? nil : $0 } ?? NATSEventPublisher.newSessionID()
         let wanted = c.events.map(Set.init)
         let publisher = events.publisher
         let base = c.subject.flatMap { $0.isEmpty ? nil : $0 }
@@ -215,12 +221,4 @@ public actor NATSSinkNode: Node {
         configuration: Configuration.self,
         format: .none,
         make: { c, _ in NATSSinkNode(configuration: c) })
-}
-
-/// Random ids for sessions.
-enum NATSConnectionID {
-    static func make() -> String {
-        var g = SystemRandomNumberGenerator()
-        return (0..<4).map { _ in String(format: "%08x", UInt32(truncatingIfNeeded: g.next())) }.joined()
-    }
 }

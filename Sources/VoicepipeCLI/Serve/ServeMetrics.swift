@@ -1,4 +1,5 @@
 import Foundation
+import NATSClient
 import Synchronization
 
 /// The server's counters and gauges, rendered in Prometheus' text exposition format (version 0.0.4)
@@ -63,7 +64,7 @@ final class ServeMetrics: Sendable {
     var activeSessions: Int { state.withLock { $0.active.values.reduce(0, +) } }
 
     /// The exposition text.
-    func render(draining: Bool, maxSessions: Int) -> String {
+    func render(draining: Bool, maxSessions: Int, nats: JetStreamPublisher.Statistics? = nil) -> String {
         let s = state.withLock { $0 }
         var out = ""
         func line(_ name: String, _ labels: [(String, String)], _ value: Double) {
@@ -112,6 +113,21 @@ final class ServeMetrics: Sendable {
         header("voicepipe_uptime_seconds", "gauge", "Seconds since the server started.")
         let up = ContinuousClock.now - started
         line("voicepipe_uptime_seconds", [], Double(up.components.seconds) + Double(up.components.attoseconds) / 1e18)
+        if let n = nats {
+            for (name, type, help, value) in [
+                ("voicepipe_nats_connected", "gauge", "1 while connected to NATS.", n.connected ? 1 : 0),
+                ("voicepipe_nats_events_total", "counter", "Session events queued for NATS.", Double(n.accepted)),
+                ("voicepipe_nats_acknowledged_total", "counter", "Events stored by the JetStream stream.", Double(n.acknowledged)),
+                ("voicepipe_nats_dropped_total", "counter", "Events dropped because the buffer was full (NATS away too long).", Double(n.dropped)),
+                ("voicepipe_nats_rejected_total", "counter", "Events the stream refused for good.", Double(n.rejected)),
+                ("voicepipe_nats_resent_total", "counter", "Events sent again (acknowledgement late or connection lost).", Double(n.resent)),
+                ("voicepipe_nats_held", "gauge", "Events held now, waiting for NATS.", Double(n.held)),
+                ("voicepipe_nats_reconnects_total", "counter", "Connections to NATS lost.", Double(n.disconnects)),
+            ] as [(String, String, String, Double)] {
+                header(name, type, help)
+                line(name, [], value)
+            }
+        }
         return out
     }
 

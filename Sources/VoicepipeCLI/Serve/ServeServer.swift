@@ -64,25 +64,6 @@ final class ServeServer: Sendable {
         }
     }
 
-    /// NATS counters in Prometheus' text format.
-    func natsMetrics() -> String {
-        guard let events else { return "" }
-        let s = events.publisher.statistics
-        var out = ""
-        func metric(_ name: String, _ type: String, _ help: String, _ value: Double) {
-            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value == value.rounded() ? String(Int64(value)) : String(value))\n"
-        }
-        metric("voicepipe_nats_connected", "gauge", "1 while connected to NATS.", s.connected ? 1 : 0)
-        metric("voicepipe_nats_events_total", "counter", "Session events queued for NATS.", Double(s.accepted))
-        metric("voicepipe_nats_acknowledged_total", "counter", "Events stored by the JetStream stream.", Double(s.acknowledged))
-        metric("voicepipe_nats_dropped_total", "counter", "Events dropped because the buffer was full (NATS away too long).", Double(s.dropped))
-        metric("voicepipe_nats_rejected_total", "counter", "Events the stream refused for good.", Double(s.rejected))
-        metric("voicepipe_nats_resent_total", "counter", "Events sent again (acknowledgement late or connection lost).", Double(s.resent))
-        metric("voicepipe_nats_held", "gauge", "Events held now, waiting for NATS.", Double(s.held))
-        metric("voicepipe_nats_reconnects_total", "counter", "Connections to NATS lost.", Double(s.disconnects))
-        return out
-    }
-
     var isDraining: Bool { state.withLock { $0.draining } }
     var sessionCount: Int { state.withLock { $0.sessions.count + $0.wyoming.count + $0.pending } }
 
@@ -263,7 +244,8 @@ private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannel
             else if !server.isReady { (status, type, body) = (.serviceUnavailable, "text/plain", "full: \(server.sessionCount) of \(server.configuration.maxSessions) sessions\n") }
             else { (status, type, body) = (.ok, "text/plain", "ready\n") }
         case (.GET, "/metrics"):
-            (status, type, body) = (.ok, "text/plain; version=0.0.4", server.metrics.render(draining: server.isDraining, maxSessions: server.configuration.maxSessions) + server.natsMetrics())
+            (status, type, body) = (.ok, "text/plain; version=0.0.4", server.metrics.render(draining: server.isDraining, maxSessions: server.configuration.maxSessions,
+                                                                                            nats: server.events?.publisher.statistics))
         default:
             if server.route(for: path) != nil {
                 (status, type, body) = server.isDraining ? (.serviceUnavailable, "text/plain", "draining\n")

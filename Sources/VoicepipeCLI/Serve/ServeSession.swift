@@ -171,7 +171,7 @@ final class ServeSession: Sendable {
         for name in ["session_id", "voice_id"] {
             if let v = items.first(where: { $0.name == name })?.value, !v.isEmpty { return v }
         }
-        return SessionEvents.randomID()
+        return NATSEventPublisher.newSessionID()
     }
 
     /// Pushes the client's audio into the graph until the client ends it (or leaves, or a limit is hit).

@@ -23,12 +23,6 @@ struct SessionEvents: Sendable {
     let session: String
     let opened = ContinuousClock.now
 
-    /// A random session id (16 hex digits).
-    static func randomID() -> String {
-        var g = SystemRandomNumberGenerator()
-        return String(format: "%016llx", g.next() as UInt64)
-    }
-
     private var elapsed: Double { ServeSession.seconds(ContinuousClock.now - opened) }
 
     func started(protocol kind: String, remote: String?) {

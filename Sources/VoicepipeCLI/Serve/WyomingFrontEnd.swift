@@ -166,7 +166,7 @@ final class WyomingServeConnection: Sendable {
                     let pipeline = try Pipeline(graph: route.graph, logger: Logger(label: "voicepipe.serve.\(route.name)"))
                     guard let source = pipeline.appSource(route.sourceID) else { throw PipelineError(node: route.sourceID, code: "no_source", message: "no app-source") }
                     let converter = format == route.format ? nil : try AudioConverter(from: format, to: route.format)
-                    let bus = SessionEvents(server: server, route: route.name, session: SessionEvents.randomID())
+                    let bus = SessionEvents(server: server, route: route.name, session: NATSEventPublisher.newSessionID())
                     session = Session(pipeline: pipeline, source: source, inputFormat: format, converter: converter, bus: bus)
                     token = t
                     server.metrics.sessionStarted(route: route.name)
