@@ -115,6 +115,24 @@ struct ScaleOutTests {
         #expect(r.stderr.contains("bad.yaml:2:") && r.stderr.contains("ws") && r.stderr.contains("VOICE.PIPE") && r.stderr.contains("colour"), "\(r.stderr)")
     }
 
+    @Test("nats-sink: a bad URL, stream or subject is a validation error naming the node")
+    func natsSinkValidation() throws {
+        let dir = tempDir()
+        let graph = try writeGraph("""
+            version: 1
+            nodes:
+              mic: { type: file-source, path: \(packageRoot.appendingPathComponent("samples/sentences.wav").path) }
+              vad: { type: vad }
+              bus: { type: nats-sink, url: "http://nats:4222", stream: "A.B", subject: "kiosk.*" }
+            links:
+              - mic -> vad
+              - vad.events -> bus
+            """, in: dir)
+        let r = try voicepipe(["validate", graph])
+        #expect(r.status == 2, "\(r.stdout)\(r.stderr)")
+        #expect(r.stderr.contains("bus") && r.stderr.contains("http") && r.stderr.contains("A.B") && r.stderr.contains("kiosk.*"), "\(r.stderr)")
+    }
+
     @Test("nats-sink: `voicepipe run` publishes a file's recognition to JetStream (started, transcripts, finished)",
           .enabled(if: FileManager.default.isExecutableFile(atPath: projectPython)))
     func natsSinkInRun() throws {
