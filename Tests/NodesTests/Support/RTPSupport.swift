@@ -39,6 +39,9 @@ struct RTPRelayReport: Sendable {
     var dropped: [UInt16] = []
     var received = 0
     var sendFailures = 0
+    /// Longest time between two packets arriving from the sender, ms: a sender (or whole-process)
+    /// stall on a loaded machine, which no receiver can hide beyond its own delay.
+    var longestIngressGapMs = 0.0
 
     /// Statistics a receiver computes from exactly this output (loopback keeps the order).
     var expected: RTPReceptionStatistics {
@@ -99,6 +102,7 @@ final class UDPRelay: Sendable {
         var rng = RTPTestRandom(seed: imp.seed)
         var pending: [(at: UInt64, bytes: [UInt8])] = []
         var address: UDPAddress?
+        var lastIngress: UInt64?
         while true {
             let (stop, target) = state.withLock { ($0.stop, $0.target) }
             if stop { break }
@@ -119,6 +123,12 @@ final class UDPRelay: Sendable {
             let wait = pending.first.map { $0.at > t ? Int32(min(($0.at - t) / 1_000_000 + 1, 5)) : 0 } ?? 5
             guard let d = try? socket.receive(timeoutMs: wait), d.bytes.count >= 12 else { continue }
             let seq = UInt16(d.bytes[2]) << 8 | UInt16(d.bytes[3])
+            let arrived = Self.now()
+            if let lastIngress {
+                let gap = Double(arrived - lastIngress) / 1e6
+                state.withLock { $0.report.longestIngressGapMs = max($0.report.longestIngressGapMs, gap) }
+            }
+            lastIngress = arrived
             // Draw every decision for every packet so one setting does not shift the others.
             let lose = rng.unit() < imp.loss
             let delayMs = imp.jitterMs > 0 ? Double(rng.next() % UInt64(2 * imp.jitterMs + 1)) : 0
