@@ -134,7 +134,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NATSClientTests",
-            dependencies: ["NATSClient"],
+            dependencies: ["NATSClient", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strict
         ),
         .testTarget(

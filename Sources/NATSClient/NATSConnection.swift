@@ -63,8 +63,9 @@ public final class NATSConnection: Sendable {
                 }
                 try await startTLS(channel: channel, server: server, options: options)
             }
-            if info.authRequired && info.nonce != nil && options.nkeyFile == nil && options.token == nil && options.user == nil && server.user == nil {
-                throw NATSError.handshake(server, "the server wants NKEY authentication (a signed nonce): set NATS_NKEY to a file with the user's seed")
+            if info.authRequired && info.nonce != nil && !options.signsNonce && options.token == nil && options.user == nil && server.user == nil {
+                throw NATSError.handshake(server, "the server wants a signed nonce: set NATS_CREDS to the user's .creds file "
+                                          + "(operator mode) or NATS_NKEY to a file with the user's NKEY seed")
             }
             let connection = NATSConnection(server: server, info: info, channel: channel, router: router)
             var out = NATSEncoder.connect(try options.connectFields(for: server, info: info))

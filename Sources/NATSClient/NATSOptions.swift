@@ -43,6 +43,9 @@ public struct NATSOptions: Sendable {
     public var tlsKeyFile: String?
     /// NKEY authentication: a file holding a user seed (`SU…`; `NATS_NKEY`).
     public var nkeyFile: String?
+    /// Operator (JWT) mode: a `.creds` file with the user JWT and its seed (`NATS_CREDS`); read at every
+    /// connection, so rotated credentials are used from the next reconnect on.
+    public var credsFile: String?
 
     /// Parses `nats://[user:password@]host[:port]` or `tls://…` (TLS), comma-separated for several servers.
     /// A `nats://` server that requires TLS (its INFO says so) gets TLS too.
@@ -92,8 +95,9 @@ public struct NATSOptions: Sendable {
         self.servers = servers
     }
 
-    /// Credentials from the environment when the URL has none: `NATS_USER` + `NATS_PASSWORD`, `NATS_TOKEN`, or
-    /// `NATS_NKEY` (a user seed file); TLS files from `NATS_TLS_CA`, `NATS_TLS_CERT`, `NATS_TLS_KEY`.
+    /// Credentials from the environment when the URL has none: `NATS_USER` + `NATS_PASSWORD`, `NATS_TOKEN`,
+    /// `NATS_CREDS` (a `.creds` file: user JWT and seed) or `NATS_NKEY` (a user seed file); TLS files from
+    /// `NATS_TLS_CA`, `NATS_TLS_CERT`, `NATS_TLS_KEY`.
     public mutating func applyEnvironment(_ env: [String: String]) {
         func value(_ k: String) -> String? { env[k].flatMap { $0.isEmpty ? nil : $0 } }
         if user == nil, let u = value("NATS_USER") { user = u; password = env["NATS_PASSWORD"] }
@@ -102,7 +106,18 @@ public struct NATSOptions: Sendable {
         tlsCertFile = tlsCertFile ?? value("NATS_TLS_CERT")
         tlsKeyFile = tlsKeyFile ?? value("NATS_TLS_KEY")
         nkeyFile = nkeyFile ?? value("NATS_NKEY")
+        credsFile = credsFile ?? value("NATS_CREDS")
     }
+
+    /// Reads the `.creds` or seed file now, so that a missing, mismatched or expired one is reported at
+    /// start rather than as a refused connection later.
+    public func checkCredentials() throws {
+        if let credsFile { _ = try NATSCredentials.fromFile(credsFile) }
+        else if let nkeyFile { _ = try NKey.fromFile(nkeyFile) }
+    }
+
+    /// Whether a credential answers a server's nonce (operator mode or NKEY users).
+    var signsNonce: Bool { credsFile != nil || nkeyFile != nil }
 
     /// The `CONNECT` fields for a server.
     func connectFields(for server: NATSServerAddress, info: NATSServerInfo) throws -> [String: Any] {
@@ -114,7 +129,11 @@ public struct NATSOptions: Sendable {
         if let u, let p { f["user"] = u; f["pass"] = p }
         else if let u { f["auth_token"] = u }        // nats://token@host
         else if let token { f["auth_token"] = token }
-        if let nkeyFile {
+        if let credsFile {
+            let creds = try NATSCredentials.fromFile(credsFile)
+            f["jwt"] = creds.jwt
+            if let nonce = info.nonce { f["sig"] = try creds.key.sign(nonce: nonce) }
+        } else if let nkeyFile {
             let key = try NKey.fromFile(nkeyFile)
             f["nkey"] = key.publicKey
             if let nonce = info.nonce { f["sig"] = try key.sign(nonce: nonce) }
@@ -126,6 +145,8 @@ public struct NATSOptions: Sendable {
 /// Errors of the NATS client, each saying what to do.
 public enum NATSError: Error, Sendable, CustomStringConvertible {
     case badURL(String)
+    /// An NKEY seed or `.creds` file that cannot be used.
+    case credentials(String)
     case connectFailed(NATSServerAddress, String)
     case handshake(NATSServerAddress, String)
     case closed(String)
@@ -136,6 +157,7 @@ public enum NATSError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .badURL(let m): "NATS URL: \(m)"
+        case .credentials(let m): "NATS \(m)"
         case .connectFailed(let s, let m): "cannot connect to NATS at \(s): \(m)"
         case .handshake(let s, let m): "NATS at \(s) refused the connection: \(m)"
         case .closed(let m): "NATS connection closed: \(m)"

@@ -20,12 +20,14 @@ public struct NATSEventPublisher: Sendable {
     /// Who publishes: `worker` in every payload.
     public let worker: String
 
-    /// `url` may list several servers; credentials from the URL or `NATS_USER`/`NATS_PASSWORD`/`NATS_TOKEN`.
+    /// `url` may list several servers; credentials from the URL or `NATS_USER`/`NATS_PASSWORD`, `NATS_TOKEN`,
+    /// `NATS_CREDS` or `NATS_NKEY` (the files are read now: a bad one is an error here).
     public init(url: String, stream: String, prefix: String = "voicepipe", worker: String? = nil, createStream: Bool = true,
                 capacity: Int = 10_000, ackTimeout: Duration = .seconds(2), streamSubjects: [String]? = nil,
                 environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger) throws {
         var options = try NATSOptions(url: url)
         options.applyEnvironment(environment)
+        try options.checkCredentials()
         let worker = (worker?.isEmpty == false ? worker : nil) ?? Self.defaultWorker(environment)
         options.name = "voicepipe \(worker)"
         var c = JetStreamPublisher.Configuration(options: options, stream: stream, streamSubjects: streamSubjects ?? [prefix + ".>"])
@@ -185,7 +187,7 @@ public actor NATSSinkNode: Node {
         public var flushTimeoutMs: Int
 
         public static let parameters: [ParamSpec] = [
-            ParamSpec("url", .string, default: "", secret: true, doc: "nats://[user:password@]host:port or tls://… (comma-separated for several); empty = $NATS_URL or nats://127.0.0.1:4222; credentials also from NATS_USER/NATS_PASSWORD, NATS_TOKEN or NATS_NKEY (seed file), TLS files from NATS_TLS_CA/NATS_TLS_CERT/NATS_TLS_KEY"),
+            ParamSpec("url", .string, default: "", secret: true, doc: "nats://[user:password@]host:port or tls://… (comma-separated for several); empty = $NATS_URL or nats://127.0.0.1:4222; credentials also from NATS_USER/NATS_PASSWORD, NATS_TOKEN, NATS_CREDS (.creds file) or NATS_NKEY (seed file), TLS files from NATS_TLS_CA/NATS_TLS_CERT/NATS_TLS_KEY"),
             ParamSpec("stream", .string, default: "VOICEPIPE", doc: "JetStream stream the subjects belong to"),
             ParamSpec("subject_prefix", .string, default: "voicepipe", doc: "first token of the subjects <prefix>.<route>.<session>.<event>"),
             ParamSpec("route", .string, default: "run", doc: "second subject token"),
