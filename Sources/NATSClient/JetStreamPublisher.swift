@@ -36,6 +36,11 @@ public final class JetStreamPublisher: Sendable {
         public var ackTimeout: Duration = .seconds(2)
         /// Prefix of the `Nats-Msg-Id` of messages published without an id.
         public var idPrefix = NATSConnection.randomID()
+        /// Replicas of the stream when this publisher creates it: 1, or 3 (5) on a JetStream cluster, so the
+        /// stream and its duplicate window survive the loss of one (two) servers.
+        public var replicas = 1
+        /// Also use the servers a cluster member names (`connect_urls`) when reconnecting.
+        public var discoverServers = true
 
         public init(options: NATSOptions, stream: String, streamSubjects: [String]) {
             self.options = options; self.stream = stream; self.streamSubjects = streamSubjects
@@ -77,6 +82,10 @@ public final class JetStreamPublisher: Sendable {
         var outageLogged = false
         var dropsLogged: UInt64 = 0
         var lastError: String?
+        /// Servers learnt from the cluster, beyond the configured ones.
+        var discovered: [NATSServerAddress] = []
+        /// The server of the connection lost last: tried last at the next reconnection.
+        var lastLost: NATSServerAddress?
         /// Callers of publishAndWait, by message id.
         var waiters: [String: CheckedContinuation<Bool, Never>] = [:]
     }
@@ -237,7 +246,7 @@ public final class JetStreamPublisher: Sendable {
     private func connect() async -> Bool {
         let connection: NATSConnection
         do {
-            connection = try await NATSConnection.connect(options: configuration.options) { [weak self] why in self?.lost(why) }
+            connection = try await NATSConnection.connect(options: reconnectionOptions()) { [weak self] why in self?.lost(why) }
         } catch {
             let (first, held) = state.withLock { s -> (Bool, Int) in
                 defer { s.outageLogged = true }
@@ -254,6 +263,7 @@ public final class JetStreamPublisher: Sendable {
             connection.close()
             return false
         }
+        learnServers(from: connection)
         let prefix = connection.newInbox()
         connection.subscribe(prefix + ".*") { [weak self] m in self?.acknowledgement(m, prefix: prefix) }
         do {
@@ -277,8 +287,40 @@ public final class JetStreamPublisher: Sendable {
         return true
     }
 
+    /// The configured servers and those learnt from the cluster, the one lost last at the end.
+    private func reconnectionOptions() -> NATSOptions {
+        var options = configuration.options
+        let (discovered, lastLost) = state.withLock { ($0.discovered, $0.lastLost) }
+        options.servers += discovered
+        if let lastLost, options.servers.count > 1, let i = options.servers.firstIndex(where: { $0.host == lastLost.host && $0.port == lastLost.port }) {
+            options.servers.append(options.servers.remove(at: i))
+        }
+        return options
+    }
+
+    /// Adds the servers a cluster member names to the reconnection list.
+    private func learnServers(from connection: NATSConnection) {
+        guard configuration.discoverServers else { return }
+        let template = connection.server
+        let urls = connection.currentInfo.connectURLs
+        let added = state.withLock { s -> [NATSServerAddress] in
+            let known = Set((configuration.options.servers + s.discovered).map { "\($0.host):\($0.port)" })
+            var added: [NATSServerAddress] = []
+            for u in urls {
+                guard let a = NATSServerAddress(discovered: u, like: template), !known.contains("\(a.host):\(a.port)"),
+                      !added.contains(where: { $0.host == a.host && $0.port == a.port }) else { continue }
+                added.append(a)
+            }
+            s.discovered = Array((s.discovered + added).suffix(64))
+            return added
+        }
+        if !added.isEmpty { logger.info("NATS: the cluster also offers \(added.map(\.description).joined(separator: ", "))") }
+    }
+
     private func lost(_ why: String) {
+        if let c = state.withLock({ $0.connection }) { learnServers(from: c) }
         let held = state.withLock { s -> Int in
+            s.lastLost = s.connection?.server
             s.connection = nil
             s.disconnects += 1
             s.queue.connectionLost()
@@ -351,7 +393,7 @@ public final class JetStreamPublisher: Sendable {
         }
         let create: [String: Any] = [
             "name": name, "subjects": configuration.streamSubjects, "storage": "file", "retention": "limits",
-            "discard": "old", "duplicate_window": 120_000_000_000, "num_replicas": 1,
+            "discard": "old", "duplicate_window": 120_000_000_000, "num_replicas": configuration.replicas,
         ]
         let body = try JSONSerialization.data(withJSONObject: create)
         let answer = try await connection.request("$JS.API.STREAM.CREATE.\(name)", payload: Array(body), timeout: .seconds(5))
@@ -365,6 +407,6 @@ public final class JetStreamPublisher: Sendable {
             }
             throw NATSError.jetStream(code: e["code"] as? Int ?? 0, errCode: e["err_code"] as? Int ?? 0, description: description)
         }
-        logger.notice("NATS: created stream \(name) (subjects \(configuration.streamSubjects.joined(separator: ", ")), file storage)")
+        logger.notice("NATS: created stream \(name) (subjects \(configuration.streamSubjects.joined(separator: ", ")), file storage, \(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s"))")
     }
 }

@@ -28,6 +28,9 @@ public final class NATSConnection: Sendable {
         inboxPrefix = "_INBOX." + NATSConnection.randomID()
     }
 
+    /// The server's latest INFO (it sends new ones as its cluster changes).
+    public var currentInfo: NATSServerInfo { router.latestInfo ?? info }
+
     /// Tries each server of `options` once, in order; the first that completes the handshake wins.
     /// `onClose` is called once when the connection ends (with the reason), unless ``close()`` ended it.
     public static func connect(options: NATSOptions, onClose: @escaping @Sendable (String) -> Void = { _ in }) async throws -> NATSConnection {
@@ -239,6 +242,7 @@ public final class NATSConnection: Sendable {
         var isClosed: Bool { state.withLock { $0.closed != nil } }
 
         func markReady() { state.withLock { $0.ready = true } }
+        var latestInfo: NATSServerInfo? { state.withLock { $0.info } }
         func silence() { state.withLock { $0.silenced = true } }
 
         func awaitInfo(timeout: Duration) async throws -> NATSServerInfo {

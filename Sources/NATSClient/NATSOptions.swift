@@ -14,6 +14,24 @@ public struct NATSServerAddress: Sendable, Equatable, CustomStringConvertible {
         self.host = host; self.port = port; self.user = user; self.password = password; self.tls = tls
     }
 
+    /// A server a cluster member named (`connect_urls`: `host:port`, IPv6 in brackets), reached like `template`
+    /// (same TLS and URL credentials).
+    public init?(discovered text: String, like template: NATSServerAddress) {
+        var host = Substring(text), port = 4222
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            let rest = text[text.index(after: close)...]
+            if rest.hasPrefix(":") { guard let p = Int(rest.dropFirst()) else { return nil }; port = p }
+        } else if let colon = text.lastIndex(of: ":") {
+            host = text[..<colon]
+            guard let p = Int(text[text.index(after: colon)...]) else { return nil }
+            port = p
+        }
+        guard !host.isEmpty, (1...65535).contains(port) else { return nil }
+        self.init(host: String(host), port: port, user: template.user, password: template.password, tls: template.tls)
+    }
+
     /// Without credentials, for logs.
     public var description: String { "\(tls ? "tls" : "nats")://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
 }

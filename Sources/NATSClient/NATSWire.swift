@@ -66,6 +66,9 @@ public struct NATSServerInfo: Sendable, Equatable {
     /// Present when the server wants the nonce signed (NKEY / JWT authentication).
     public var nonce: String?
     public var jetStream = false
+    /// The cluster's other servers that clients may use (`connect_urls`, `host:port`), kept current by the
+    /// server's later INFOs as the cluster changes.
+    public var connectURLs: [String] = []
 
     public init() {}
 
@@ -83,6 +86,7 @@ public struct NATSServerInfo: Sendable, Equatable {
         tlsAvailable = object["tls_available"] as? Bool ?? false
         nonce = object["nonce"] as? String
         jetStream = object["jetstream"] as? Bool ?? false
+        connectURLs = (object["connect_urls"] as? [String] ?? []).prefix(64).filter { $0.utf8.count <= 300 }
     }
 }
 

@@ -107,6 +107,21 @@ struct NATSWireTests {
         e.applyEnvironment(["NATS_USER": "u", "NATS_PASSWORD": "p", "NATS_TOKEN": "t"])
         #expect(e.user == "u" && e.password == "p" && e.token == "t")
     }
+
+    @Test func clusterServersFromINFO() throws {
+        let info = try NATSServerInfo(json: Array(#"{"server_id":"x","connect_urls":["10.0.0.7:4222","[fd00::2]:4223","nats-2"],"jetstream":true}"#.utf8))
+        #expect(info.connectURLs == ["10.0.0.7:4222", "[fd00::2]:4223", "nats-2"])
+        // Discovered servers are reached like the configured one: same TLS and URL credentials.
+        let template = NATSServerAddress(host: "nats", port: 4222, user: "u", password: "p", tls: true)
+        let found = info.connectURLs.compactMap { NATSServerAddress(discovered: $0, like: template) }
+        #expect(found == [NATSServerAddress(host: "10.0.0.7", port: 4222, user: "u", password: "p", tls: true),
+                          NATSServerAddress(host: "fd00::2", port: 4223, user: "u", password: "p", tls: true),
+                          NATSServerAddress(host: "nats-2", port: 4222, user: "u", password: "p", tls: true)])
+        #expect(NATSServerAddress(discovered: "h:0", like: template) == nil)
+        #expect(NATSServerAddress(discovered: "[::1", like: template) == nil)
+        #expect(NATSServerAddress(discovered: "", like: template) == nil)
+        #expect(try NATSServerInfo(json: Array(#"{"server_id":"x"}"#.utf8)).connectURLs.isEmpty)
+    }
 }
 
 @Suite("Publish queue (at-least-once bookkeeping)")

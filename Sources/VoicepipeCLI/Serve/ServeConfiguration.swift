@@ -58,6 +58,8 @@ struct ServeConfiguration: Sendable {
         /// Only these graph events (all when nil); `started` and `finished` always.
         var events: Set<String>?
         var createStream = true
+        /// Replicas of the stream when serve creates it (3 on a JetStream cluster).
+        var replicas = 1
         /// At shutdown, how long to wait for the last acknowledgements.
         var flushTimeoutS = 10
         /// How long a session's end waits for its `finished` event to be stored before the client's
@@ -161,6 +163,7 @@ struct ServeConfiguration: Sendable {
                 if !NATSSubject.isValidForPublish(nats.subjectPrefix + ".x") { problem(v, "nats.subject_prefix '\(nats.subjectPrefix)': expected dot-separated tokens without wildcards or spaces") }
             case "worker": nats.worker = v.string.flatMap { $0.isEmpty ? nil : $0 }
             case "buffer": nats.buffer = int(v, "nats.buffer", 1...10_000_000) ?? nats.buffer
+            case "replicas": nats.replicas = int(v, "nats.replicas", 1...5) ?? nats.replicas
             case "flush_timeout_s": nats.flushTimeoutS = int(v, "nats.flush_timeout_s", 0...600) ?? nats.flushTimeoutS
             case "finished_ack_ms": nats.finishedAckMs = int(v, "nats.finished_ack_ms", 0...60_000) ?? nats.finishedAckMs
             case "create_stream":
@@ -170,7 +173,7 @@ struct ServeConfiguration: Sendable {
                 guard let list = v.sequence else { problem(v, "nats.events: expected a list of event names, e.g. [transcript, error]"); continue }
                 nats.events = Set(list.compactMap(\.string))
             default:
-                problem(k, "nats: unknown key '\(k.string ?? "?")'; expected url, stream, subject_prefix, worker, buffer, events, create_stream, flush_timeout_s, finished_ack_ms")
+                problem(k, "nats: unknown key '\(k.string ?? "?")'; expected url, stream, subject_prefix, worker, buffer, events, create_stream, replicas, flush_timeout_s, finished_ack_ms")
             }
         }
         if m["url"] == nil { problem(n, "nats: missing `url:` (nats://host:4222; credentials from NATS_USER/NATS_PASSWORD or NATS_TOKEN)"); return nil }
