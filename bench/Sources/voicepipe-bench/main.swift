@@ -114,12 +114,13 @@ case "nats":
     // JetStream publishing as serve does it: N events of the size of a transcript event, each with a
     // Nats-Msg-Id and its own acknowledgement; timed from the first publish to the last acknowledgement.
     let url = args.firstIndex(of: "--url").map { args[$0 + 1] } ?? "nats://127.0.0.1:4222"
-    let events = arg("events", 100_000), bytes = arg("bytes", 300), window = arg("window", 256)
+    let events = arg("events", 100_000), bytes = arg("bytes", 300), window = arg("window", 256), replicas = arg("replicas", 1)
     var logger = Logger(label: "bench.nats")
     logger.logLevel = .warning
     var c = JetStreamPublisher.Configuration(options: try NATSOptions(url: url), stream: "BENCH", streamSubjects: ["bench.>"])
     c.capacity = events + 1
     c.window = window
+    c.replicas = replicas
     let publisher = JetStreamPublisher(configuration: c, logger: logger)
     let loop = Task { await publisher.run() }
     // Connected (and the stream made) before timing.
@@ -134,7 +135,7 @@ case "nats":
     let stats = await publisher.close(timeout: .seconds(1))
     await loop.value
     precondition(done && stats.held == 0 && stats.dropped == 0, "not all acknowledged: \(stats)")
-    print("{\"bench\":\"nats\",\"client\":\"voicepipe\",\"events\":\(events),\"bytes\":\(bytes),\"window\":\(window),\"seconds\":\(secs),\"events_per_s\":\(Int(Double(events) / secs)),\"resent\":\(stats.resent)}")
+    print("{\"bench\":\"nats\",\"client\":\"voicepipe\",\"events\":\(events),\"bytes\":\(bytes),\"window\":\(window),\"replicas\":\(replicas),\"seconds\":\(secs),\"events_per_s\":\(Int(Double(events) / secs)),\"resent\":\(stats.resent)}")
 default:
     FileHandle.standardError.write(Data("usage: voicepipe-bench chain|latency|nats [--stages N] [--frames N] [--samples N] [--capacity N] [--interval-us N] [--no-fuse]\n".utf8))
     exit(2)
