@@ -175,6 +175,37 @@ struct ServeTests {
         #expect(s.stderr.contains("draining"))
     }
 
+    @Test("full_response: http — a session over the limit is answered 503 before the upgrade (a load balancer retries it elsewhere), counted, and the slot is free again after")
+    func fullAnswersHTTP503() async throws {
+        let dir = tempDir()
+        let (server, port) = try Self.start(maxSessions: 1, extra: "full_response: http", in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.speech(dir, "the kitchen light is on")
+        let base = "ws://127.0.0.1:\(port)"
+        let first = try Running("/usr/bin/python3", [Self.client, "tencent", base, "1250000001", "AKIDtest", "s3cret-key", wav, "--pace", "1"])
+        try await Task.sleep(for: .milliseconds(800))
+        // An upgrade request while full: 503 with the reason, and no WebSocket.
+        let raw = try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+            import http.client
+            c = http.client.HTTPConnection("127.0.0.1", \(port), timeout=5)
+            c.request("GET", "/ws/recognize", headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                      "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"})
+            r = c.getresponse(); print(r.status, r.getheader("Retry-After")); print(r.read().decode().strip())
+            """])
+        #expect(raw.stdout.hasPrefix("503 1") && raw.stdout.contains("full: 1 of 1 sessions"), "\(raw.stdout) \(raw.stderr)")
+        let second = try Self.voicepipeLike("/usr/bin/python3", [Self.client, "tencent", base, "1250000001", "AKIDtest", "s3cret-key", wav, "--pace", "0"])
+        #expect(second.stderr.contains("upgrade refused") && second.stderr.contains("503"), "\(second.stdout) \(second.stderr)")
+        #expect(!second.stdout.contains("4006"))
+        let r = first.wait(timeout: 30)
+        #expect(r.stdout.contains("\"final\":1"), "\(r.stdout)")
+        // The slot is free again: the refused upgrades did not leave a reservation behind.
+        let third = try Self.voicepipeLike("/usr/bin/python3", [Self.client, "tencent", base, "1250000001", "AKIDtest", "s3cret-key", wav, "--pace", "0"])
+        #expect(third.stdout.contains("\"final\":1"), "\(third.stdout) \(third.stderr)")
+        let metrics = try Self.http(port, "/metrics").body
+        #expect(metrics.contains("voicepipe_errors_total{route=\"raw\",code=\"busy\"} 1")
+                && metrics.contains("voicepipe_errors_total{route=\"asr\",code=\"busy\"} 1"), "\(metrics)")
+    }
+
     @Test("Wyoming route: a client written with the `wyoming` package gets info and a transcript per utterance (48 kHz stereo converted)",
           .enabled(if: FileManager.default.isExecutableFile(atPath: packageRoot.appendingPathComponent(".deps/venv/bin/python3").path)))
     func wyomingRoute() throws {

@@ -196,7 +196,8 @@ class Cluster:
         graph = os.path.join(ROOT, "pipelines", "serve-recognizer.yaml")
         lines = ['listen: { host: "127.0.0.1", port: 0 }',
                  f"max_sessions: {self.a.max_sessions}",
-                 f"drain_grace_s: {DRAIN_GRACE_S}"]
+                 f"drain_grace_s: {DRAIN_GRACE_S}",
+                 "full_response: http"]
         if not self.a.no_nats:
             lines.append(f'nats: {{ url: "{self.nats_url}", stream: {STREAM}, worker: "${{VOICEPIPE_WORKER}}" }}')
         lines += ["routes:",

@@ -71,6 +71,14 @@ struct ServeConfiguration: Sendable {
     var nats: NATS?
     var maxSessions = 100
     var drainGraceS = 30
+    /// How a WebSocket session over `max_sessions` is refused.
+    enum FullResponse: String, Sendable {
+        /// Accept the upgrade, then the protocol's busy answer (Tencent 4006), as the cloud service does.
+        case websocket
+        /// HTTP 503 before the upgrade: a load balancer in front can retry another worker.
+        case http
+    }
+    var fullResponse = FullResponse.websocket
     var routes: [Route] = []
 
     /// True when the file's top level has `routes:` and no `nodes:` (a cheap look at the text, not a parse).
@@ -123,6 +131,13 @@ struct ServeConfiguration: Sendable {
                 }
             case "max_sessions": if let n = int(v, "max_sessions", 1...100_000) { config.maxSessions = n }
             case "drain_grace_s": if let n = int(v, "drain_grace_s", 0...3600) { config.drainGraceS = n }
+            case "full_response":
+                guard let r = v.string.flatMap(FullResponse.init(rawValue:)) else {
+                    problem(v, "full_response: expected websocket (the protocol's busy answer after the upgrade, as Tencent's service) "
+                            + "or http (503 before the upgrade, which a load balancer retries on another worker)")
+                    continue
+                }
+                config.fullResponse = r
             case "nats":
                 config.nats = parseNATS(v, problem: problem, int: int)
             case "routes":
@@ -134,7 +149,7 @@ struct ServeConfiguration: Sendable {
                     if let route { config.routes.append(route) }
                 }
             default:
-                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, nats, routes")
+                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, full_response, nats, routes")
             }
         }
         if config.routes.isEmpty && issues.isEmpty { problem(root, "no routes: add at least one under `routes:`") }

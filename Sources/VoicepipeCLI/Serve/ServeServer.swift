@@ -67,14 +67,19 @@ final class ServeServer: Sendable {
     var isDraining: Bool { state.withLock { $0.draining } }
     var sessionCount: Int { state.withLock { $0.sessions.count + $0.wyoming.count + $0.pending } }
 
-    /// Called when a WebSocket upgrade is about to be accepted: false while draining (the upgrade is then
-    /// answered 503, which a load balancer retries elsewhere). A true answer must be followed by
-    /// ``admit(_:)`` or ``releaseUpgrade()``.
-    func reserveUpgrade() -> Bool {
+    /// Called when a WebSocket upgrade is about to be accepted: nil when it may go on, else why it is
+    /// answered 503 instead (which a load balancer retries elsewhere) — draining, or full with
+    /// `full_response: http` (upgrades in progress count as sessions then). A nil answer must be followed
+    /// by ``admit(_:)`` or ``releaseUpgrade()``.
+    func reserveUpgrade() -> String? {
         state.withLock { s in
-            guard !s.draining else { return false }
+            if s.draining { return "draining" }
+            let taken = s.sessions.count + s.wyoming.count + s.pending
+            if configuration.fullResponse == .http && taken >= configuration.maxSessions {
+                return "full: \(taken) of \(configuration.maxSessions) sessions"
+            }
             s.pending += 1
-            return true
+            return nil
         }
     }
 
@@ -100,7 +105,11 @@ final class ServeServer: Sendable {
                         shouldUpgrade: { ch, head in
                             let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
                             guard let (route, captures) = server.route(for: path) else { return ch.eventLoop.makeSucceededFuture(nil) }
-                            guard server.reserveUpgrade() else { return ch.eventLoop.makeSucceededFuture(nil) }
+                            if let refusal = server.reserveUpgrade() {
+                                if refusal != "draining" { server.metrics.refused(route: route.name, code: "busy") }
+                                box.refusal = refusal
+                                return ch.eventLoop.makeSucceededFuture(nil)
+                            }
                             box.value = (route, captures)
                             return ch.eventLoop.makeSucceededFuture(HTTPHeaders())
                         },
@@ -111,7 +120,7 @@ final class ServeServer: Sendable {
                                 try ch.pipeline.syncOperations.addHandler(WebSocketSessionHandler(session: session))
                             }
                         })
-                    let endpoint = HTTPEndpointHandler(server: server)
+                    let endpoint = HTTPEndpointHandler(server: server, box: box)
                     let bound = NIOLoopBound(endpoint, eventLoop: channel.eventLoop)
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(
                         withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
@@ -211,6 +220,8 @@ final class ServeServer: Sendable {
 /// Carries the matched route from `shouldUpgrade` to the upgrade handler (same channel, same event loop).
 private final class RouteBox: @unchecked Sendable {
     var value: (ServeConfiguration.Route, [String: String])?
+    /// Why the upgrade was refused (answered 503 by the HTTP handler).
+    var refusal: String?
 }
 
 /// Plain HTTP requests: health, readiness, metrics; 404 for anything else (a route path without an
@@ -219,9 +230,10 @@ private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannel
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
     let server: ServeServer
+    private let box: RouteBox
     private var head: HTTPRequestHead?
 
-    init(server: ServeServer) { self.server = server }
+    init(server: ServeServer, box: RouteBox) { self.server = server; self.box = box }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
@@ -248,8 +260,13 @@ private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannel
                                                                                             nats: server.events?.publisher.statistics))
         default:
             if server.route(for: path) != nil {
-                (status, type, body) = server.isDraining ? (.serviceUnavailable, "text/plain", "draining\n")
-                    : (.upgradeRequired, "text/plain", "this path takes a WebSocket connection\n")
+                if let refusal = box.refusal {
+                    box.refusal = nil
+                    (status, type, body) = (.serviceUnavailable, "text/plain", refusal + "\n")
+                } else {
+                    (status, type, body) = server.isDraining ? (.serviceUnavailable, "text/plain", "draining\n")
+                        : (.upgradeRequired, "text/plain", "this path takes a WebSocket connection\n")
+                }
             } else {
                 (status, type, body) = (.notFound, "text/plain", "not found\n")
             }
@@ -258,6 +275,7 @@ private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannel
         headers.add(name: "Content-Type", value: type)
         headers.add(name: "Content-Length", value: "\(body.utf8.count)")
         headers.add(name: "Connection", value: "close")
+        if status == .serviceUnavailable { headers.add(name: "Retry-After", value: "1") }
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: body)))), promise: nil)
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { [channel = context.channel] _ in channel.close(promise: nil) }
