@@ -218,6 +218,69 @@ struct ScaleOutTests {
         #expect(results != nil, "no results written")
     }
 
+    @Test("full_response: http behind nginx: a session that finds its worker full is retried by nginx on another worker and completes",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx")))
+    func fullWorkerIsRetriedByNginx() async throws {
+        let dirA = tempDir(), dirB = tempDir()
+        let (a, portA) = try ServeTests.start(maxSessions: 1, extra: "full_response: http", in: dirA)
+        defer { a.signal(SIGTERM); _ = a.wait(timeout: 30) }
+        let (b, portB) = try ServeTests.start(maxSessions: 1, extra: "full_response: http", in: dirB)
+        defer { b.signal(SIGTERM); _ = b.wait(timeout: 30) }
+        // nginx prefers worker A; B is only tried when A fails — or answers 503.
+        let dir = tempDir()
+        let port = ServeTests.freePort()
+        let user = geteuid() == 0 ? "user root;\n" : ""
+        let conf = dir.appendingPathComponent("nginx.conf").path
+        try """
+            \(user)worker_processes 1;
+            pid \(dir.path)/nginx.pid;
+            error_log \(dir.path)/error.log notice;
+            events { worker_connections 256; }
+            http {
+                client_body_temp_path \(dir.path)/body;
+                proxy_temp_path \(dir.path)/proxy;
+                fastcgi_temp_path \(dir.path)/fastcgi;
+                uwsgi_temp_path \(dir.path)/uwsgi;
+                scgi_temp_path \(dir.path)/scgi;
+                access_log \(dir.path)/access.log;
+                map $http_upgrade $connection_upgrade { default upgrade; "" close; }
+                upstream voicepipe {
+                    server 127.0.0.1:\(portA);
+                    server 127.0.0.1:\(portB) backup;
+                }
+                server {
+                    listen 127.0.0.1:\(port);
+                    location / {
+                        proxy_pass http://voicepipe;
+                        proxy_http_version 1.1;
+                        proxy_set_header Upgrade $http_upgrade;
+                        proxy_set_header Connection $connection_upgrade;
+                        proxy_set_header Host $host;
+                        proxy_next_upstream error timeout http_503 non_idempotent;
+                        proxy_read_timeout 300s;
+                    }
+                }
+            }
+            """.write(toFile: conf, atomically: true, encoding: .utf8)
+        let nginx = try Running("/usr/sbin/nginx", ["-p", dir.path + "/", "-e", dir.appendingPathComponent("error.log").path, "-c", conf, "-g", "daemon off;"])
+        defer { nginx.signal(SIGTERM); _ = nginx.wait(timeout: 10) }
+        for _ in 0..<100 where !Self.canConnect(port) { usleep(50_000) }
+
+        let wav = try ServeTests.speech(dir, "the kitchen light is on")
+        let base = "ws://127.0.0.1:\(port)"
+        let first = try Running("/usr/bin/python3", [ServeTests.client, "tencent", base, "1250000001", "AKIDtest", "s3cret-key", wav, "--pace", "1"])
+        try await Task.sleep(for: .milliseconds(800))
+        let second = try ServeTests.voicepipeLike("/usr/bin/python3", [ServeTests.client, "tencent", base, "1250000001", "AKIDtest", "s3cret-key", wav, "--pace", "0"])
+        #expect(second.stdout.contains("\"final\":1") && !second.stdout.contains("4006"), "\(second.stdout) \(second.stderr)")
+        let r = first.wait(timeout: 30)
+        #expect(r.stdout.contains("\"final\":1"), "\(r.stdout)")
+        // A refused the second session before the upgrade; B served it.
+        let metricsA = try ServeTests.http(portA, "/metrics").body, metricsB = try ServeTests.http(portB, "/metrics").body
+        #expect(metricsA.contains("voicepipe_errors_total{route=\"asr\",code=\"busy\"} 1"), "\(metricsA)")
+        #expect(metricsA.contains("voicepipe_sessions_total{route=\"asr\",outcome=\"completed\"} 1"), "\(metricsA)")
+        #expect(metricsB.contains("voicepipe_sessions_total{route=\"asr\",outcome=\"completed\"} 1"), "\(metricsB)")
+    }
+
     @Test("Kubernetes manifests: valid against the Kubernetes schemas and consistent with serve (probes, drain, metric, template)",
           .enabled(if: FileManager.default.isExecutableFile(atPath: projectPython)))
     func kubernetesManifests() throws {
