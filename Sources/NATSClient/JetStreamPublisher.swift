@@ -41,6 +41,9 @@ public final class JetStreamPublisher: Sendable {
         public var replicas = 1
         /// Also use the servers a cluster member names (`connect_urls`) when reconnecting.
         public var discoverServers = true
+        /// Keep a file copy of what is held here (see ``PublishSpool``): events held while NATS is away
+        /// survive a crash or a stop, and are sent by the next publisher started on this directory.
+        public var spoolDirectory: String?
 
         public init(options: NATSOptions, stream: String, streamSubjects: [String]) {
             self.options = options; self.stream = stream; self.streamSubjects = streamSubjects
@@ -93,12 +96,41 @@ public final class JetStreamPublisher: Sendable {
     private let doorbell: AsyncStream<Void>.Continuation
     private let rings: AsyncStream<Void>
     private let counter = Atomic<UInt64>(0)
+    /// Only used under `state`'s lock.
+    private let spool: PublishSpool?
+    /// Why the spool directory could not be used, if it could not (events are then held in memory only).
+    public let spoolProblem: String?
 
     public init(configuration: Configuration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
         state = Mutex(State(queue: PublishQueue(capacity: configuration.capacity, window: configuration.window, ackTimeout: configuration.ackTimeout)))
         (rings, doorbell) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        var problem: String?
+        if let directory = configuration.spoolDirectory {
+            do {
+                spool = try PublishSpool(directory: directory, name: configuration.idPrefix, rewriteAfter: configuration.capacity)
+            } catch {
+                spool = nil
+                if case NATSError.spool(let m) = error { problem = m } else { problem = "\(error)" }
+                logger.error("\(error); events held while NATS is away will not survive a restart")
+            }
+        } else {
+            spool = nil
+        }
+        spoolProblem = problem
+        if let spool, let directory = configuration.spoolDirectory { adoptOrphans(directory, own: spool.path) }
+    }
+
+    /// Queues what earlier publishers on the spool directory left unsent, under their own ids.
+    private func adoptOrphans(_ directory: String, own: String) {
+        for orphan in PublishSpool.orphans(in: directory, except: own) {
+            for m in orphan.messages { enqueue(subject: m.subject, payload: m.payload, id: m.id, waiter: nil) }
+            orphan.remove()
+            if !orphan.messages.isEmpty {
+                logger.notice("NATS: \(orphan.messages.count) event\(orphan.messages.count == 1 ? "" : "s") left unsent by an earlier process (\(orphan.path)) queued again")
+            }
+        }
     }
 
     /// Queues a message; never blocks. `id` defaults to `<idPrefix>-<n>`.
@@ -137,6 +169,10 @@ public final class JetStreamPublisher: Sendable {
             if s.stopped { return (nil, s.queue.dropped, false, true) }
             if let waiter { s.waiters[message.id] = waiter }
             let v = s.queue.enqueue(message)
+            if let spool {
+                spool.append(message)
+                if let v { spool.settled(v.id) { s.queue.heldMessages } }
+            }
             let log = v != nil && (s.dropsLogged == 0 || s.queue.dropped >= s.dropsLogged * 10)
             if log { s.dropsLogged = s.queue.dropped }
             return (v, s.queue.dropped, log, false)
@@ -183,6 +219,16 @@ public final class JetStreamPublisher: Sendable {
             return s.connection
         }
         connection?.close()
+        let left = state.withLock { s -> Int in
+            if let spool {
+                if s.queue.isEmpty { spool.remove() }
+                spool.release()
+            }
+            return s.queue.held
+        }
+        if let spool, left > 0 {
+            logger.warning("NATS: \(left) event\(left == 1 ? "" : "s") not acknowledged kept in \(spool.path); the next publisher started on this spool directory sends them")
+        }
         doorbell.yield()
         doorbell.finish()
         let waiters = state.withLock { s -> [CheckedContinuation<Bool, Never>] in defer { s.waiters = [:] }; return Array(s.waiters.values) }
@@ -354,7 +400,9 @@ public final class JetStreamPublisher: Sendable {
                 s.pauseUntil = .now + .milliseconds(500)
                 s.lastError = "JetStream \(code): \(description)"
                 let id = s.queue.id(inFlight: seq)
-                return (s.queue.refused(seq, permanent: code == 400), id)
+                let outcome = s.queue.refused(seq, permanent: code == 400)
+                if outcome == .rejected, let id, let spool { spool.settled(id) { s.queue.heldMessages } }
+                return (outcome, id)
             }
             if outcome == .rejected, let id { resolve(id, false) }
             if outcome == .rejected { logger.error("NATS: JetStream refused a message for good (\(code): \(description)); dropped") }
@@ -364,7 +412,11 @@ public final class JetStreamPublisher: Sendable {
         guard object?["seq"] != nil else { return }
         let id = state.withLock { s -> String? in
             let id = s.queue.id(inFlight: seq)
-            return s.queue.acknowledged(seq) == .stored ? id : nil
+            guard s.queue.acknowledged(seq) == .stored else { return nil }
+            if let spool {
+                if s.queue.isEmpty { spool.reset() } else if let id { spool.settled(id) { s.queue.heldMessages } }
+            }
+            return id
         }
         if let id { resolve(id, true) }
         // Room in the window: send what waits.

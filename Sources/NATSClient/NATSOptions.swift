@@ -165,6 +165,8 @@ public enum NATSError: Error, Sendable, CustomStringConvertible {
     case badURL(String)
     /// An NKEY seed or `.creds` file that cannot be used.
     case credentials(String)
+    /// The spool directory cannot be used.
+    case spool(String)
     case connectFailed(NATSServerAddress, String)
     case handshake(NATSServerAddress, String)
     case closed(String)
@@ -176,6 +178,7 @@ public enum NATSError: Error, Sendable, CustomStringConvertible {
         switch self {
         case .badURL(let m): "NATS URL: \(m)"
         case .credentials(let m): "NATS \(m)"
+        case .spool(let m): "NATS spool: \(m)"
         case .connectFailed(let s, let m): "cannot connect to NATS at \(s): \(m)"
         case .handshake(let s, let m): "NATS at \(s) refused the connection: \(m)"
         case .closed(let m): "NATS connection closed: \(m)"

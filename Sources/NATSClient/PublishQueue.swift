@@ -66,6 +66,11 @@ public struct PublishQueue: Sendable {
 
     /// Messages held: waiting and in flight.
     public var held: Int { waiting.count - waitingHead + inFlight.count }
+
+    /// The messages held, in the order they were queued.
+    public var heldMessages: [OutboundMessage] {
+        (inFlight.values.map { $0 } + waiting[waitingHead...]).sorted { $0.seq < $1.seq }.map(\.message)
+    }
     public var isEmpty: Bool { held == 0 }
     public var inFlightCount: Int { inFlight.count }
 

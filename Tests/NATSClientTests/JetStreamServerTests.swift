@@ -271,3 +271,110 @@ struct NATSNKeyTests {
         }
     }
 }
+
+/// The spool: a file copy of held events that outlives the process.
+@Suite("NATS publisher spool", .serialized)
+struct PublishSpoolTests {
+    static let logger = Logger(label: "test.nats.spool")
+
+    func directory() -> String {
+        let d = NSTemporaryDirectory() + "vp-spool-\(UUID().uuidString.prefix(8))"
+        try? FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)
+        return d
+    }
+
+    func configuration(_ url: String, spool: String, capacity: Int = 10_000) throws -> JetStreamPublisher.Configuration {
+        var c = JetStreamPublisher.Configuration(options: try NATSOptions(url: url), stream: "VPSPOOL", streamSubjects: ["vp.>"])
+        c.spoolDirectory = spool
+        c.capacity = capacity
+        c.ackTimeout = .milliseconds(500)
+        return c
+    }
+
+    func files(_ dir: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasSuffix(".spool") }
+    }
+
+    @Test func eventsHeldAtAStopAreSentByTheNextPublisherUnderTheirIDs() async throws {
+        let dir = directory()
+        let server = try NATSServerProcess()
+        // NATS is away: the first publisher holds 120 events and stops (its flush times out).
+        let first = JetStreamPublisher(configuration: try configuration(server.url, spool: dir), logger: Self.logger)
+        let loop1 = Task { await first.run() }
+        for i in 0..<120 { first.publish(subject: "vp.spool.\(i % 4)", payload: Array("\(i)".utf8), id: "first-\(i)") }
+        let s1 = await first.close(timeout: .milliseconds(300))
+        await loop1.value
+        #expect(s1.held == 120 && s1.acknowledged == 0)
+        #expect(files(dir).count == 1, "\(files(dir))")
+
+        // NATS is back; a new publisher on the same directory sends them, then its own.
+        try await server.start()
+        let second = JetStreamPublisher(configuration: try configuration(server.url, spool: dir), logger: Self.logger)
+        #expect(second.statistics.held == 120)
+        let loop2 = Task { await second.run() }
+        for i in 0..<30 { second.publish(subject: "vp.spool.new", payload: Array("n\(i)".utf8)) }
+        let s2 = await second.close(timeout: .seconds(10))
+        await loop2.value
+        #expect(s2.acknowledged == 150 && s2.held == 0, "\(s2)")
+        #expect(files(dir).isEmpty, "nothing held, nothing left: \(files(dir))")
+
+        let c = try await NATSConnection.connect(options: try NATSOptions(url: server.url))
+        defer { c.close() }
+        let all = try await StreamReader(connection: c, stream: "VPSPOOL").all()
+        #expect(all.filter { $0.subject != "vp.spool.new" }.map(\.payload) == (0..<120).map(String.init))
+        #expect(all.filter { $0.subject == "vp.spool.new" }.count == 30)
+    }
+
+    @Test func aLiveOnesFileIsNotAdoptedAndSettledOrTornRecordsAreNotResent() throws {
+        let dir = directory()
+        // A live publisher's file is locked: another publisher leaves it alone.
+        let live = JetStreamPublisher(configuration: try configuration("nats://127.0.0.1:1", spool: dir), logger: Self.logger)
+        live.publish(subject: "vp.a", payload: [1])
+        let other = JetStreamPublisher(configuration: try configuration("nats://127.0.0.1:1", spool: dir), logger: Self.logger)
+        #expect(other.statistics.held == 0 && live.statistics.held == 1)
+        #expect(files(dir).count == 2)
+
+        // A dead process's file: settled records and a torn last line are not sent again.
+        let text = """
+            {"i":"a","p":"MQ==","s":"vp.x"}
+            {"i":"b","p":"Mg==","s":"vp.x"}
+            {"d":"a"}
+            {"i":"c","p":"Mw==","s":"vp.y"}
+            {"i":"d","p":"N
+            """
+        let dead = dir + "/dead.spool"
+        try text.write(toFile: dead, atomically: true, encoding: .utf8)
+        let adopter = JetStreamPublisher(configuration: try configuration("nats://127.0.0.1:1", spool: dir), logger: Self.logger)
+        #expect(adopter.statistics.held == 2)
+        #expect(!FileManager.default.fileExists(atPath: dead))
+        // The adopted events are in the adopter's own file now, before the orphan went.
+        let own = try #require(files(dir).map { dir + "/" + $0 }.first { (try? String(contentsOfFile: $0, encoding: .utf8))?.contains("\"i\":\"b\"") == true })
+        let ownText = try String(contentsOfFile: own, encoding: .utf8)
+        #expect(ownText.contains("\"i\":\"c\"") && !ownText.contains("\"i\":\"a\""))
+    }
+
+    @Test func anUnusableDirectoryIsSaid() throws {
+        let file = NSTemporaryDirectory() + "vp-spool-file-\(UUID().uuidString.prefix(8))"
+        try "x".write(toFile: file, atomically: true, encoding: .utf8)
+        let p = JetStreamPublisher(configuration: try configuration("nats://127.0.0.1:1", spool: file + "/sub"), logger: Self.logger)
+        #expect(p.spoolProblem?.contains(file) == true, "\(p.spoolProblem ?? "nil")")
+    }
+
+    @Test func aLongOutageWithDropsKeepsTheFileBounded() throws {
+        let dir = directory()
+        let p = JetStreamPublisher(configuration: try configuration("nats://127.0.0.1:1", spool: dir, capacity: 50), logger: Self.logger)
+        let payload = [UInt8](repeating: 65, count: 100)
+        for i in 0..<2000 { p.publish(subject: "vp.z", payload: payload, id: "z-\(i)") }
+        #expect(p.statistics.held == 50 && p.statistics.dropped == 1950)
+        let path = try #require(files(dir).first.map { dir + "/" + $0 })
+        let size = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        // Rewritten whenever settled records outnumber the capacity: at most ~capacity held + capacity settled lines.
+        #expect(size < 50 * 200 + 60 * 40, "spool file \(size) bytes")
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        // What a restart would send is exactly what is held: the newest 50.
+        let ids = text.split(separator: "\n").compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: String] }
+        var pending: [String] = []
+        for r in ids { if let i = r["i"] { pending.append(i) } else if let d = r["d"] { pending.removeAll { $0 == d } } }
+        #expect(pending == (1950..<2000).map { "z-\($0)" })
+    }
+}

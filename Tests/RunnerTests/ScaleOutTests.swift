@@ -218,6 +218,49 @@ struct ScaleOutTests {
         #expect(results != nil, "no results written")
     }
 
+    @Test("nats-sink spool_dir: events held while NATS is away survive the process being killed, and the next run sends them")
+    func spoolSurvivesAKill() async throws {
+        let dir = tempDir()
+        let spool = dir.appendingPathComponent("spool").path
+        let natsPort = ServeTests.freePort()
+        let sentences = packageRoot.appendingPathComponent("samples/sentences.wav").path
+        func graph(_ name: String, session: String, realtime: Bool) throws -> String {
+            try writeGraph("""
+                version: 1
+                nodes:
+                  src: { type: file-source, path: \(sentences), realtime: \(realtime) }
+                  vol: { type: volume, interval_ms: 100 }
+                  bus: { type: nats-sink, url: "nats://127.0.0.1:\(natsPort)", stream: SPOOLED, session: \(session), spool_dir: "\(spool)", flush_timeout_ms: 3000 }
+                links:
+                  - src -> vol
+                  - vol.events -> bus
+                """, in: dir, name: name)
+        }
+        // NATS is away; the run holds its events, spooled, and is killed (no chance to say anything).
+        let first = try Running(voicepipeBinary, ["run", try graph("first.yaml", session: "killed", realtime: true)])
+        try await Task.sleep(for: .milliseconds(1500))
+        first.signal(SIGKILL)
+        _ = first.wait(timeout: 10)
+        let files = try FileManager.default.contentsOfDirectory(atPath: spool).filter { $0.hasSuffix(".spool") }
+        #expect(files.count == 1, "\(files)")
+        let text = try String(contentsOfFile: spool + "/" + (files.first ?? ""), encoding: .utf8)
+        let held = text.split(separator: "\n").filter { $0.contains("\"i\"") }.count
+        #expect(held >= 5, "spooled \(held) events")
+
+        // NATS is up; the next run on the same spool directory sends the killed run's events too.
+        let nats = try Self.startNATS(port: natsPort, dir: dir)
+        defer { nats.signal(SIGTERM); _ = nats.wait(timeout: 10) }
+        let second = try voicepipe(["run", try graph("second.yaml", session: "next", realtime: false)], timeout: 60)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(second.stderr.contains("left unsent by an earlier process"), "\(second.stderr)")
+        let subjects = try Self.stream(natsPort, "SPOOLED").compactMap { $0["subject"] as? String }
+        let killed = subjects.filter { $0.hasPrefix("voicepipe.run.killed.") }
+        #expect(killed.count == held, "\(killed.count) of \(held) spooled events stored")
+        #expect(killed.first == "voicepipe.run.killed.started" && !killed.contains("voicepipe.run.killed.finished"), "\(killed.prefix(3))")
+        #expect(subjects.contains("voicepipe.run.next.finished"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).filter { $0.hasSuffix(".spool") }.isEmpty)
+    }
+
     @Test("full_response: http behind nginx: a session that finds its worker full is retried by nginx on another worker and completes",
           .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx")))
     func fullWorkerIsRetriedByNginx() async throws {

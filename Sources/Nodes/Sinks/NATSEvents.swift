@@ -24,7 +24,7 @@ public struct NATSEventPublisher: Sendable {
     /// `NATS_CREDS` or `NATS_NKEY` (the files are read now: a bad one is an error here).
     public init(url: String, stream: String, prefix: String = "voicepipe", worker: String? = nil, createStream: Bool = true,
                 capacity: Int = 10_000, ackTimeout: Duration = .seconds(2), streamSubjects: [String]? = nil, replicas: Int = 1,
-                environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger) throws {
+                spoolDirectory: String? = nil, environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger) throws {
         var options = try NATSOptions(url: url)
         options.applyEnvironment(environment)
         try options.checkCredentials()
@@ -33,9 +33,11 @@ public struct NATSEventPublisher: Sendable {
         var c = JetStreamPublisher.Configuration(options: options, stream: stream, streamSubjects: streamSubjects ?? [prefix + ".>"])
         c.createStream = createStream
         c.replicas = replicas
+        c.spoolDirectory = spoolDirectory
         c.capacity = capacity
         c.ackTimeout = ackTimeout
         publisher = JetStreamPublisher(configuration: c, logger: logger)
+        if let problem = publisher.spoolProblem { throw NATSError.spool(problem) }
         self.prefix = prefix
         self.worker = worker
     }
@@ -100,7 +102,7 @@ public actor NATSSinkNode: Node {
             // A stream this node creates takes exactly what it publishes (streams may not overlap).
             events = try NATSEventPublisher(url: url, stream: c.stream, prefix: c.subjectPrefix, worker: c.worker, createStream: c.createStream,
                                             capacity: c.buffer, ackTimeout: .milliseconds(c.ackTimeoutMs), streamSubjects: base.map { [$0 + ".>"] },
-                                            replicas: c.replicas, environment: env, logger: context.logger)
+                                            replicas: c.replicas, spoolDirectory: c.spoolDir.flatMap { $0.isEmpty ? nil : $0 }, environment: env, logger: context.logger)
         } catch {
             throw NodeError("nats_config", "\(error)")
         }
@@ -182,6 +184,8 @@ public actor NATSSinkNode: Node {
         public var createStream: Bool
         /// Replicas of a stream this node creates.
         public var replicas: Int
+        /// Directory of the file copy of held events.
+        public var spoolDir: String?
         /// Events held at most while NATS is away.
         public var buffer: Int
         /// Time an acknowledgement may take before the event is sent again.
@@ -201,6 +205,7 @@ public actor NATSSinkNode: Node {
             ParamSpec("lifecycle", .bool, default: true, doc: "publish `started` at the start and `finished` at the end of the input"),
             ParamSpec("create_stream", .bool, default: true, doc: "create the stream (subjects <prefix>.>, file storage) when it does not exist"),
             ParamSpec("replicas", .int(1...5), default: 1, doc: "replicas of the stream when this node creates it (3 on a JetStream cluster: it survives the loss of a server)"),
+            ParamSpec("spool_dir", .string, doc: "keep held events in a file here too: what a run could not send (NATS away, or the process killed) is sent by the next run on this directory"),
             ParamSpec("buffer", .int(1...10_000_000), default: 10_000, doc: "events held while NATS is unreachable; beyond it the oldest are dropped (counted)"),
             ParamSpec("ack_timeout_ms", .int(50...600_000), default: 2000, doc: "an event not acknowledged within this is sent again (de-duplicated by the stream)"),
             ParamSpec("flush_timeout_ms", .int(0...3_600_000), default: 5000, doc: "at the end, how long to wait for the last acknowledgements"),

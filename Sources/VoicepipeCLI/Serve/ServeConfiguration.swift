@@ -60,6 +60,8 @@ struct ServeConfiguration: Sendable {
         var createStream = true
         /// Replicas of the stream when serve creates it (3 on a JetStream cluster).
         var replicas = 1
+        /// Directory of the file copy of held events (survive a crash or a stop during an outage).
+        var spoolDir: String?
         /// At shutdown, how long to wait for the last acknowledgements.
         var flushTimeoutS = 10
         /// How long a session's end waits for its `finished` event to be stored before the client's
@@ -179,6 +181,7 @@ struct ServeConfiguration: Sendable {
             case "worker": nats.worker = v.string.flatMap { $0.isEmpty ? nil : $0 }
             case "buffer": nats.buffer = int(v, "nats.buffer", 1...10_000_000) ?? nats.buffer
             case "replicas": nats.replicas = int(v, "nats.replicas", 1...5) ?? nats.replicas
+            case "spool_dir": nats.spoolDir = v.string.flatMap { $0.isEmpty ? nil : $0 }
             case "flush_timeout_s": nats.flushTimeoutS = int(v, "nats.flush_timeout_s", 0...600) ?? nats.flushTimeoutS
             case "finished_ack_ms": nats.finishedAckMs = int(v, "nats.finished_ack_ms", 0...60_000) ?? nats.finishedAckMs
             case "create_stream":
@@ -188,7 +191,7 @@ struct ServeConfiguration: Sendable {
                 guard let list = v.sequence else { problem(v, "nats.events: expected a list of event names, e.g. [transcript, error]"); continue }
                 nats.events = Set(list.compactMap(\.string))
             default:
-                problem(k, "nats: unknown key '\(k.string ?? "?")'; expected url, stream, subject_prefix, worker, buffer, events, create_stream, replicas, flush_timeout_s, finished_ack_ms")
+                problem(k, "nats: unknown key '\(k.string ?? "?")'; expected url, stream, subject_prefix, worker, buffer, events, create_stream, replicas, spool_dir, flush_timeout_s, finished_ack_ms")
             }
         }
         if m["url"] == nil { problem(n, "nats: missing `url:` (nats://host:4222; credentials from NATS_USER/NATS_PASSWORD or NATS_TOKEN)"); return nil }

@@ -39,7 +39,7 @@ final class ServeServer: Sendable {
             var natsLogger = logger
             natsLogger[metadataKey: "component"] = "nats"
             events = try NATSEventPublisher(url: n.url, stream: n.stream, prefix: n.subjectPrefix, worker: n.worker, createStream: n.createStream,
-                                            capacity: n.buffer, replicas: n.replicas, environment: environment, logger: natsLogger)
+                                            capacity: n.buffer, replicas: n.replicas, spoolDirectory: n.spoolDir, environment: environment, logger: natsLogger)
         } else {
             events = nil
         }
