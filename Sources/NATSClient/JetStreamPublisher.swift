@@ -269,6 +269,7 @@ public final class JetStreamPublisher: Sendable {
                 }
             }
             send(on: connection)
+            if let spool { state.withLock { _ in spool.flush() } }
         }
         ticker.cancel()
     }

@@ -21,6 +21,8 @@ final class PublishSpool: @unchecked Sendable {
     /// Settled records since the file last started over: when they outnumber `rewriteAfter`, the file is
     /// rewritten with only what is held (a long outage with drops would otherwise grow it without end).
     private var settledRecords = 0
+    /// Settled records not yet written.
+    private var pendingSettled: [UInt8] = []
     let rewriteAfter: Int
 
     /// Creates (and locks) this publisher's file.
@@ -50,25 +52,47 @@ final class PublishSpool: @unchecked Sendable {
     /// The publisher ended: the file stays (if it holds anything) and becomes adoptable.
     func release() {
         guard fd >= 0 else { return }
+        flush()
         close(fd)
         fd = -1
     }
 
-    /// A message queued.
+    /// A message queued: written at once (a process killed the next instant has it on file).
     func append(_ m: OutboundMessage) {
-        let line: [String: String] = ["i": m.id, "s": m.subject, "p": Data(m.payload).base64EncodedString()]
-        write(line)
+        var line: [UInt8] = []
+        line.reserveCapacity(m.payload.count * 4 / 3 + m.id.utf8.count + m.subject.utf8.count + 24)
+        line += Array(#"{"i":"#.utf8)
+        Self.quote(m.id, into: &line)
+        line += Array(#","p":""#.utf8)
+        line += Array(Data(m.payload).base64EncodedString().utf8)
+        line += Array(#"","s":"#.utf8)
+        Self.quote(m.subject, into: &line)
+        line += Array("}\n".utf8)
+        writeAll(line)
     }
 
     /// A message settled: not to be sent again. `held` gives what is still held, should the file be rewritten.
+    /// Settled records are written in batches (``flush()``, or when 64 KiB wait): one lost in a crash only
+    /// means that message is sent again, and the stream drops the copy.
     func settled(_ id: String, held: () -> [OutboundMessage]) {
-        write(["d": id])
+        pendingSettled += Array(#"{"d":"#.utf8)
+        Self.quote(id, into: &pendingSettled)
+        pendingSettled += Array("}\n".utf8)
         settledRecords += 1
         if settledRecords > rewriteAfter { rewrite(held()) }
+        else if pendingSettled.count >= 65_536 { flush() }
+    }
+
+    /// Writes the settled records that wait.
+    func flush() {
+        guard !pendingSettled.isEmpty else { return }
+        writeAll(pendingSettled)
+        pendingSettled.removeAll(keepingCapacity: true)
     }
 
     /// Nothing is held: start the file over.
     func reset() {
+        pendingSettled.removeAll(keepingCapacity: true)
         guard fd >= 0, bytes > 0 else { return }
         _ = ftruncate(fd, 0)
         bytes = 0
@@ -85,6 +109,7 @@ final class PublishSpool: @unchecked Sendable {
         fd = newFD
         bytes = 0
         settledRecords = 0
+        pendingSettled.removeAll(keepingCapacity: true)
         for m in messages { append(m) }
         guard rename(temporary, path) == 0 else {
             // Keep the old file; drop the new one.
@@ -101,11 +126,31 @@ final class PublishSpool: @unchecked Sendable {
         _ = unlink(path)
     }
 
-    private func write(_ record: [String: String]) {
-        guard fd >= 0, var data = try? JSONSerialization.data(withJSONObject: record, options: [.sortedKeys]) else { return }
-        data.append(UInt8(ascii: "\n"))
-        let n = data.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        if n > 0 { bytes += n }
+    private func writeAll(_ bytes: [UInt8]) {
+        guard fd >= 0 else { return }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return }
+            offset += n
+        }
+        self.bytes += offset
+    }
+
+    /// A JSON string literal.
+    static func quote(_ text: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for b in text.utf8 {
+            switch b {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), b]
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out += Array("\\u00".utf8) + [hex[Int(b >> 4)], hex[Int(b & 15)]]
+            default: out.append(b)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
     }
 
     /// The messages still held in a spool file's text, in order (settled ones and a torn last line left out).

@@ -360,12 +360,14 @@ struct PublishSpoolTests {
         #expect(p.spoolProblem?.contains(file) == true, "\(p.spoolProblem ?? "nil")")
     }
 
-    @Test func aLongOutageWithDropsKeepsTheFileBounded() throws {
+    @Test func aLongOutageWithDropsKeepsTheFileBounded() async throws {
         let dir = directory()
         let p = JetStreamPublisher(configuration: try configuration("nats://127.0.0.1:1", spool: dir, capacity: 50), logger: Self.logger)
         let payload = [UInt8](repeating: 65, count: 100)
         for i in 0..<2000 { p.publish(subject: "vp.z", payload: payload, id: "z-\(i)") }
         #expect(p.statistics.held == 50 && p.statistics.dropped == 1950)
+        // Stopped while NATS is still away: the file stays, with its settled records written out.
+        _ = await p.close(timeout: .milliseconds(50))
         let path = try #require(files(dir).first.map { dir + "/" + $0 })
         let size = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
         // Rewritten whenever settled records outnumber the capacity: at most ~capacity held + capacity settled lines.

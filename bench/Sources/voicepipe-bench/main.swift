@@ -121,6 +121,7 @@ case "nats":
     c.capacity = events + 1
     c.window = window
     c.replicas = replicas
+    c.spoolDirectory = args.firstIndex(of: "--spool").map { args[$0 + 1] }
     let publisher = JetStreamPublisher(configuration: c, logger: logger)
     let loop = Task { await publisher.run() }
     // Connected (and the stream made) before timing.
@@ -135,7 +136,7 @@ case "nats":
     let stats = await publisher.close(timeout: .seconds(1))
     await loop.value
     precondition(done && stats.held == 0 && stats.dropped == 0, "not all acknowledged: \(stats)")
-    print("{\"bench\":\"nats\",\"client\":\"voicepipe\",\"events\":\(events),\"bytes\":\(bytes),\"window\":\(window),\"replicas\":\(replicas),\"seconds\":\(secs),\"events_per_s\":\(Int(Double(events) / secs)),\"resent\":\(stats.resent)}")
+    print("{\"bench\":\"nats\",\"client\":\"voicepipe\",\"events\":\(events),\"bytes\":\(bytes),\"window\":\(window),\"replicas\":\(replicas),\"spool\":\(c.spoolDirectory != nil),\"seconds\":\(secs),\"events_per_s\":\(Int(Double(events) / secs)),\"resent\":\(stats.resent)}")
 default:
     FileHandle.standardError.write(Data("usage: voicepipe-bench chain|latency|nats [--stages N] [--frames N] [--samples N] [--capacity N] [--interval-us N] [--no-fuse]\n".utf8))
     exit(2)
