@@ -12,8 +12,10 @@ struct AudioPlaybackTests {
         defer { sink.close() }
         let chirp = AudioSignals.chirp(rate: fileRate)
         let file = try AudioSignals.writeWAV(chirp, rate: fileRate)
-        async let recording = recordMonitor(device: sink.monitor, seconds: 3)
-        try await Task.sleep(for: .milliseconds(300))
+        async let recording = recordMonitor(device: sink.monitor, seconds: 5)
+        // The recording runs for a fixed window: start playing once pacat surely records, and leave the
+        // window room for a slow graph start on a busy machine (the test waits for the window either way).
+        try await Task.sleep(for: .milliseconds(500))
         let yaml = """
         version: 1
         nodes:
@@ -59,8 +61,10 @@ struct AudioPlaybackTests {
         defer { sink.close() }
         let chirp = AudioSignals.chirp(rate: 44100)
         let file = try AudioSignals.writeWAV(chirp, rate: 44100)
-        async let recording = recordMonitor(device: sink.monitor, seconds: 3)
-        try await Task.sleep(for: .milliseconds(300))
+        async let recording = recordMonitor(device: sink.monitor, seconds: 5)
+        // The recording runs for a fixed window: start playing once pacat surely records, and leave the
+        // window room for a slow graph start on a busy machine (the test waits for the window either way).
+        try await Task.sleep(for: .milliseconds(500))
         _ = try await runGraph("""
         version: 1
         nodes:
