@@ -96,11 +96,6 @@ public struct NKey: Sendable {
     public func sign(_ bytes: [UInt8]) throws -> [UInt8] {
         Array(try key.signature(for: bytes))
     }
-
-    /// Whether `signature` is this key's signature of `bytes`.
-    public func verify(_ signature: [UInt8], of bytes: [UInt8]) -> Bool {
-        key.publicKey.isValidSignature(signature, for: bytes)
-    }
 }
 
 /// RFC 4648 base64url without padding (JWTs, `CONNECT`'s `sig`).
