@@ -37,6 +37,8 @@ let package = Package(
         .systemLibrary(name: "CPocketSphinx", pkgConfig: "pocketsphinx", providers: [.apt(["libpocketsphinx-dev"])]),
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
+        // whisper.cpp's C API, loaded at run time (dlopen): the build does not need the library.
+        .target(name: "CWhisper", path: "Sources/CWhisper", linkerSettings: [.linkedLibrary("dl")]),
         .systemLibrary(name: "CWebRTCAudioProcessing", pkgConfig: "webrtc-audio-processing", providers: [.apt(["libwebrtc-audio-processing-dev"])]),
         // Echo cancellation (webrtc-audio-processing's AEC, speexdsp's MDF) behind a C interface.
         .target(name: "CEchoCancel", dependencies: ["CWebRTCAudioProcessing", "CSpeexDSP"], path: "Sources/CEchoCancel",
@@ -58,7 +60,7 @@ let package = Package(
         .target(
             name: "Nodes",
             dependencies: [
-                core, "NATSClient", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CAVCodec", "CEchoCancel",
+                core, "NATSClient", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -92,10 +92,12 @@ public struct ASRTranscript: Sendable, Hashable {
     public var words: [ASRWord]
     /// Other readings of a final result, best first (PocketSphinx with `alternatives: N`).
     public var alternatives: [ASRAlternative]
+    /// The language the engine heard, when it says (Whisper: a code such as `en` or `zh`).
+    public var language: String?
 
     /// Creates a transcript.
     public init(text: String, voiceID: String, seq: Int, startMs: Int64, endMs: Int64, words: [ASRWord] = [],
-                alternatives: [ASRAlternative] = []) {
+                alternatives: [ASRAlternative] = [], language: String? = nil) {
         self.text = text
         self.voiceID = voiceID
         self.seq = seq
@@ -103,6 +105,7 @@ public struct ASRTranscript: Sendable, Hashable {
         self.endMs = endMs
         self.words = words
         self.alternatives = alternatives
+        self.language = language
     }
 }
 
@@ -267,6 +270,7 @@ public enum ASREngines {
     public static var all: [ASREngineDescriptor] {
         [
             PocketSphinxEngine.descriptor,
+            WhisperEngine.descriptor,
             TencentASREngine.descriptor,
             WyomingEngine.descriptor,
         ]

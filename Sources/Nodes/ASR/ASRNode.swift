@@ -54,6 +54,9 @@ public actor ASRNode: Node {
     private static func fields(_ t: ASRTranscript, final: Bool) -> [(String, EventValue)] {
         var fields: [(String, EventValue)] = [("voice_id", .string(t.voiceID)), ("seq", .int(Int64(t.seq))), ("text", .string(t.text)),
                                               ("final", .bool(final)), ("start_ms", .int(t.startMs)), ("end_ms", .int(t.endMs))]
+        if let language = t.language {
+            fields.append(("language", .string(language)))
+        }
         if !t.words.isEmpty {
             fields.append(("words", .array(t.words.map { w in
                 .object(["word": .string(w.word), "start_ms": .int(w.startMs), "end_ms": .int(w.endMs), "stable": .bool(w.stable)])

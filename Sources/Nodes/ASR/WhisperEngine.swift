@@ -1,0 +1,287 @@
+import Foundation
+import PipelineCore
+import Synchronization
+
+/// `engine: whisper`: OpenAI's Whisper through whisper.cpp, in the process (16 kHz mono).
+///
+/// The model is loaded once per process and shared by every node and session that names the same
+/// file; decoding runs on the model's bounded pool of decoder threads (``WhisperDecoderPool``).
+/// Each utterance is decoded whole when it ends (the final, with word timings); while it goes on,
+/// the growing utterance is decoded every `partial_interval_ms` of new audio for a partial — one
+/// at a time per node, greedy, on one segment — and a final never waits for a partial.
+public struct WhisperEngine: ASREngine {
+    let model: WhisperModel
+    let request: WhisperRequest
+    let partialIntervalMs: Int64
+    let partials: Bool
+
+    public var segmentsUnmarkedAudio: Bool { false }
+
+    /// What the main loop hands the sender, in order.
+    private enum Outgoing: Sendable {
+        case now(ASRResult)
+        case final(Task<[ASRResult], Never>)
+    }
+
+    private final class PartialBox: Sendable {
+        let state = Mutex(PartialState())
+    }
+
+    /// The utterance partials may still report on.
+    private struct PartialState {
+        var openSeq: Int?
+        var inFlight = false
+        var lastText = ""
+    }
+
+    public func run(inputs: ASRInputs, results: ASRResults, context: NodeContext) async throws {
+        let session = model.pool.newSession()
+        let (outgoing, send) = AsyncStream<Outgoing>.makeStream()
+        let partialState = PartialBox()
+        let pool = model.pool
+        let request = self.request
+        let quick = { var q = request; q.quick = true; q.beamSize = 1; return q }()
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            // The sender: results in the order the main loop produced them; a final's place in the
+            // order is taken when its utterance ends, its content when its decoding is done.
+            group.addTask {
+                for await item in outgoing {
+                    switch item {
+                    case .now(let result): try await results.send(result)
+                    case .final(let task):
+                        for result in await task.value { try await results.send(result) }
+                    }
+                }
+            }
+            defer { send.finish() }
+
+            var current: (voiceID: String, seq: Int, startMs: Int64)?
+            var samples: [Float] = []
+            var endMs: Int64 = 0
+            var sincePartial: Int64 = 0
+            for await input in inputs {
+                switch input {
+                case .utteranceStart(let voiceID, let seq, let startMs):
+                    current = (voiceID, seq, startMs)
+                    samples.removeAll(keepingCapacity: true)
+                    endMs = startMs
+                    sincePartial = 0
+                    partialState.state.withLock { $0.openSeq = seq; $0.lastText = "" }
+                    send.yield(.now(.utteranceStart(voiceID: voiceID, seq: seq)))
+                case .audio(let audio):
+                    guard let utterance = current else { continue }
+                    samples.reserveCapacity(samples.count + audio.samples.count)
+                    for s in audio.samples { samples.append(Float(s) * (1.0 / 32768.0)) }
+                    endMs = audio.endMs
+                    sincePartial += audio.endMs - audio.startMs
+                    guard partials, sincePartial >= partialIntervalMs else { continue }
+                    let start = partialState.state.withLock { state -> Bool in
+                        if state.inFlight { return false }
+                        state.inFlight = true
+                        return true
+                    }
+                    guard start else { continue }
+                    sincePartial = 0
+                    // At most the last 30 s (one Whisper window) for a partial.
+                    let snapshot = Array(samples.suffix(16000 * 30))
+                    let partialEnd = endMs
+                    let snapshotStartMs = partialEnd - Int64(snapshot.count) / 16
+                    group.addTask {
+                        let decoding = try? await pool.decode(snapshot, request: quick, priority: .partial, session: session)
+                        partialState.state.withLock { state in
+                            state.inFlight = false
+                            guard state.openSeq == utterance.seq, let decoding else { return }
+                            let text = Self.text(decoding)
+                            guard !text.isEmpty, text != state.lastText else { return }
+                            state.lastText = text
+                            // Yielded under the lock the final's end takes: a partial is never sent after its final.
+                            send.yield(.now(.partial(ASRTranscript(text: text, voiceID: utterance.voiceID, seq: utterance.seq,
+                                                                    startMs: max(utterance.startMs, snapshotStartMs), endMs: partialEnd,
+                                                                    language: decoding.language))))
+                        }
+                    }
+                case .utteranceEnd:
+                    guard let utterance = current else { continue }
+                    current = nil
+                    let audio = samples
+                    let utteranceEnd = endMs
+                    let logger = context.logger
+                    let task = Task<[ASRResult], Never> {
+                        var out: [ASRResult] = []
+                        var transcript = ASRTranscript(text: "", voiceID: utterance.voiceID, seq: utterance.seq,
+                                                       startMs: utterance.startMs, endMs: utteranceEnd)
+                        do {
+                            if let decoding = try await pool.decode(audio, request: request, priority: .final, session: session) {
+                                transcript.text = Self.text(decoding)
+                                transcript.language = decoding.language
+                                if !transcript.text.isEmpty {
+                                    transcript.words = Self.words(decoding, offsetMs: utterance.startMs)
+                                }
+                            }
+                        } catch is CancellationError {
+                        } catch {
+                            logger.error("whisper: utterance \(utterance.voiceID): \(error)")
+                            out.append(.error(code: "decode_failed", message: "\(error)", voiceID: utterance.voiceID))
+                        }
+                        out.append(.final(transcript))
+                        out.append(.utteranceEnd(voiceID: utterance.voiceID, seq: utterance.seq))
+                        return out
+                    }
+                    partialState.state.withLock { state in
+                        state.openSeq = nil
+                        send.yield(.final(task))
+                    }
+                }
+            }
+            send.finish()
+            try await group.waitForAll()
+        }
+    }
+
+    /// The decoding's text: segments joined, without the bracketed non-speech tags Whisper writes for
+    /// silence, music or noise (`[BLANK_AUDIO]`, `(music)`).
+    static func text(_ decoding: WhisperDecoding) -> String {
+        let parts = decoding.segments.map { $0.text.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty && !isNonSpeechTag($0) }
+        return ASRNode.join(parts)
+    }
+
+    static func isNonSpeechTag(_ text: String) -> Bool {
+        guard let first = text.first, let last = text.last else { return false }
+        return (first == "[" && last == "]") || (first == "(" && last == ")") || (first == "*" && last == "*" && text.count > 1)
+    }
+
+    /// Words from the tokens' times: a token whose text begins with a space starts a word; in scripts
+    /// written without spaces each token is a word. Times are media milliseconds.
+    static func words(_ decoding: WhisperDecoding, offsetMs: Int64) -> [ASRWord] {
+        var out: [ASRWord] = []
+        for segment in decoding.segments where !isNonSpeechTag(segment.text.trimmingCharacters(in: .whitespaces)) {
+            var bytes: [UInt8] = []
+            var t0: Int64 = -1
+            var t1: Int64 = -1
+            func flush() {
+                let word = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                if !word.isEmpty, t0 >= 0 {
+                    out.append(ASRWord(word: word, startMs: offsetMs + t0 * 10, endMs: offsetMs + max(t0, t1) * 10, stable: true))
+                }
+                bytes = []
+                t0 = -1
+            }
+            for token in segment.tokens {
+                let startsWord = token.bytes.first == 0x20
+                let complete = String(validating: bytes, as: UTF8.self) != nil
+                let spaceless = complete && !bytes.isEmpty && (String(decoding: bytes, as: UTF8.self).unicodeScalars.last.map(isSpacelessScript) ?? false)
+                if startsWord || spaceless { flush() }
+                if t0 < 0 { t0 = max(token.t0, 0) }
+                t1 = max(token.t1, t1)
+                bytes += token.bytes
+            }
+            flush()
+        }
+        return out
+    }
+
+    /// Scripts written without spaces between words (CJK ideographs, kana, Thai, ...).
+    static func isSpacelessScript(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x3040...0x30FF, 0x3400...0x4DBF, 0x4E00...0x9FFF, 0xF900...0xFAFF, 0x0E00...0x0E7F, 0x20000...0x2FA1F: return true
+        default: return false
+        }
+    }
+
+    /// The `asr` node parameters of `engine: whisper`.
+    public struct Configuration: ASREngineConfiguration {
+        /// The ggml model file; nil = `VOICEPIPE_WHISPER_MODEL`, then the installed tiny.en.
+        public var model: String?
+        /// `auto` or a Whisper language code; nil = `auto` (English-only models: `en`).
+        public var language: String?
+        /// Threads per decoding; nil = the machine's cores, at most 4.
+        public var threads: Int?
+        /// Beam search width; nil or 1 = greedy.
+        public var beamSize: Int?
+        /// Text that conditions the decoder (names, spelling, style).
+        public var initialPrompt: String?
+        /// Translate into English instead of transcribing.
+        public var translate: Bool?
+        /// Decoder threads shared by everything that uses the model; nil = cores / threads.
+        public var decoders: Int?
+
+        /// The parameters that only `engine: whisper` uses (`language` is shared with pocketsphinx).
+        public static let parameters = [
+            ParamSpec("model", .string, doc: "whisper: ggml model file (default $VOICEPIPE_WHISPER_MODEL, then .deps/whisper/models/ggml-tiny.en.bin from scripts/install-whisper.sh)"),
+            ParamSpec("language", .string, doc: "whisper: `auto` (detect; the default) or a language code (en, zh, de, ...); English-only models take en"),
+            ParamSpec("threads", .int(1...64), doc: "whisper: threads per decoding (default: cores, at most 4)"),
+            ParamSpec("beam_size", .int(1...16), doc: "whisper: beam search width for finals (default 1: greedy; partials are always greedy)"),
+            ParamSpec("initial_prompt", .string, doc: "whisper: text that conditions the decoder: names, spellings, punctuation style"),
+            ParamSpec("translate", .bool, doc: "whisper: translate into English instead of transcribing (multilingual models)"),
+            ParamSpec("decoders", .int(1...64), doc: "whisper: decoding threads shared by every asr node and session using the model (default: cores / threads, at least 1; the pool only grows)"),
+        ]
+
+        /// The model file to use.
+        public var resolvedModel: String? { WhisperFiles.model(model) }
+
+        /// Threads per decoding.
+        public var resolvedThreads: Int { threads ?? min(4, max(1, ProcessInfo.processInfo.activeProcessorCount)) }
+
+        /// Missing or malformed model, unknown language, a language or translation the model cannot do.
+        public func problems() -> [String] {
+            var problems: [String] = []
+            if let language, language != "auto", !WhisperLanguages.codes.contains(language) {
+                let near = WhisperLanguages.codes.filter { $0.hasPrefix(language.prefix(1).lowercased()) }.prefix(8)
+                problems.append("whisper: unknown language '\(language)'; use auto or a Whisper language code (\(near.isEmpty ? "en, zh, de, es, fr, ja" : near.joined(separator: ", ")), ...)")
+            }
+            guard let path = resolvedModel else {
+                problems.append("whisper: no model: set model, or VOICEPIPE_WHISPER_MODEL, or run scripts/install-whisper.sh (looked in \(WhisperFiles.modelSearch))")
+                return problems
+            }
+            if let problem = WhisperFiles.modelProblem(path) {
+                problems.append("whisper: " + problem)
+            } else if WhisperFiles.isEnglishOnly(path) {
+                if let language, language != "auto", language != "en" {
+                    problems.append("whisper: model \(path) is English-only and cannot recognize language '\(language)'; use a multilingual model (ggml-tiny.bin, ggml-base.bin, ...)")
+                }
+                if translate == true {
+                    problems.append("whisper: model \(path) is English-only and cannot translate; use a multilingual model")
+                }
+            }
+            return problems
+        }
+    }
+
+    /// Engine registration.
+    public static let descriptor = ASREngineDescriptor(
+        name: "whisper", summary: "OpenAI Whisper in the process (whisper.cpp ggml models, many languages, one model shared by all sessions)",
+        configuration: Configuration.self,
+        make: { c, node, env in
+            guard let path = c.resolvedModel else {
+                throw NodeError("whisper_model", "node '\(env.id)': no whisper model: set model, or VOICEPIPE_WHISPER_MODEL, or run scripts/install-whisper.sh")
+            }
+            try WhisperLibrary.load()
+            let model = try WhisperModel.shared(path: path)
+            let threads = c.resolvedThreads
+            model.pool.ensureWorkers(c.decoders ?? max(1, ProcessInfo.processInfo.activeProcessorCount / threads))
+            var language = c.language ?? "auto"
+            if !model.multilingual { language = "en" }
+            let request = WhisperRequest(threads: threads, beamSize: c.beamSize ?? 1, translate: c.translate ?? false, language: language,
+                                         initialPrompt: c.initialPrompt, wordTimestamps: true, quick: false)
+            return WhisperEngine(model: model, request: request, partialIntervalMs: Int64(node.partialIntervalMs), partials: true)
+        })
+}
+
+extension WhisperFiles {
+    /// True when the ggml header's vocabulary is the English-only one (51864 tokens).
+    static func isEnglishOnly(_ path: String) -> Bool {
+        guard let handle = FileHandle(forReadingAtPath: path), let head = try? handle.read(upToCount: 8), head.count == 8 else { return false }
+        try? handle.close()
+        return head.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 4, as: Int32.self) } == 51864
+    }
+}
+
+/// Whisper's language codes, in its own order.
+enum WhisperLanguages {
+    static let codes: [String] = """
+        en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg lt la mi ml cy sk \
+        te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo \
+        ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue
+        """.split(separator: " ").map(String.init)
+}
