@@ -253,10 +253,10 @@ public struct WhisperEngine: ASREngine {
         name: "whisper", summary: "OpenAI Whisper in the process (whisper.cpp ggml models, many languages, one model shared by all sessions)",
         configuration: Configuration.self,
         make: { c, node, env in
-            guard let path = c.resolvedModel else {
+            guard let path = WhisperFiles.model(c.model, env.variables) else {
                 throw NodeError("whisper_model", "node '\(env.id)': no whisper model: set model, or VOICEPIPE_WHISPER_MODEL, or run scripts/install-whisper.sh")
             }
-            try WhisperLibrary.load()
+            try WhisperLibrary.load(env.variables)
             let model = try WhisperModel.shared(path: path)
             let threads = c.resolvedThreads
             model.pool.ensureWorkers(c.decoders ?? max(1, ProcessInfo.processInfo.activeProcessorCount / threads))
