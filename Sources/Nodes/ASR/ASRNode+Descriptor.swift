@@ -15,6 +15,10 @@ extension ASRNode {
         public var alternatives: Int
         /// The selected engine's configuration (of the engine's type, e.g. ``PocketSphinxEngine/Configuration``).
         public var engineConfiguration: any ASREngineConfiguration
+        /// The engine to use when the selected one cannot run here (its library or model is missing).
+        public var fallback: String?
+        /// The fallback engine's configuration, decoded from the same parameters.
+        public var fallbackConfiguration: (any ASREngineConfiguration)?
         /// The engine-specific parameters that were given, whichever engine they belong to.
         var givenParameters: Set<String>
 
@@ -28,12 +32,14 @@ extension ASRNode {
                       doc: "audio between partial hypotheses while speech goes on"),
             ParamSpec("endpoint_silence_ms", .int(100...10_000), default: 600,
                       doc: "with no vad/slicer marks upstream (and an engine that does not segment itself): silence that ends an utterance"),
+            ParamSpec("fallback", .choice(ASREngines.all.map(\.name)),
+                      doc: "engine to use, with one line on stderr saying why, when `engine` cannot run here (its library or model files are missing): e.g. engine: whisper, fallback: pocketsphinx"),
             ParamSpec("alternatives", .int(0...20), default: 0,
                       doc: "final transcripts carry up to N distinct readings as alternatives: [{text, confidence}], best first; confidence is each reading's share among them (pocketsphinx: its n-best list; engines that return one reading give none)"),
         ] + ASREngines.sharedParameters
 
         enum CodingKeys: String, CodingKey {
-            case engine, partialIntervalMs, endpointSilenceMs, alternatives
+            case engine, partialIntervalMs, endpointSilenceMs, alternatives, fallback
         }
 
         /// Any parameter name, to see which engine-specific parameters were given.
@@ -55,6 +61,13 @@ extension ASRNode {
                 throw ConfigurationError("asr: unknown engine '\(engine)'; expected one of \(ASREngines.all.map(\.name).joined(separator: ", "))")
             }
             engineConfiguration = try descriptor.decode(decoder)
+            fallback = try c.decodeIfPresent(String.self, forKey: .fallback)
+            if let fallback {
+                guard let other = ASREngines.descriptor(fallback) else {
+                    throw ConfigurationError("asr: unknown fallback engine '\(fallback)'")
+                }
+                fallbackConfiguration = try other.decode(decoder)
+            }
             let all = try decoder.container(keyedBy: AnyKey.self)
             let engineParameters = Set(ASREngines.all.flatMap { $0.parameters.map(\.name) })
             givenParameters = Set(try all.allKeys.filter { try !all.decodeNil(forKey: $0) }.map(\.stringValue))
@@ -67,15 +80,31 @@ extension ASRNode {
         /// The audio format the selected engine takes.
         public var inputFormat: AudioFormat { engineConfiguration.inputFormat }
 
-        /// Parameters given for another engine, then the engine's own problems.
+        /// Why the selected engine cannot run here, when a fallback is given and the engine's files are
+        /// missing (its own problems); nil when it can.
+        public var unavailable: String? {
+            guard fallback != nil else { return nil }
+            let problems = engineConfiguration.problems()
+            return problems.isEmpty ? nil : problems.joined(separator: "; ")
+        }
+
+        /// Parameters given for another engine, then the engine's own problems (with a fallback whose
+        /// engine would run instead, the fallback's).
         public func problems() -> [String] {
             guard let selected = engineDescriptor else { return [] }
-            let own = Set(selected.parameters.map(\.name))
+            var own = Set(selected.parameters.map(\.name))
+            if let fallback, let other = ASREngines.descriptor(fallback) {
+                if fallback == engine { return ["fallback is the engine itself (\(engine))"] }
+                own.formUnion(other.parameters.map(\.name))
+            }
             var problems: [String] = []
             for other in ASREngines.all where other.name != engine {
                 for p in other.parameters.map(\.name) where givenParameters.contains(p) && !own.contains(p) {
                     problems.append("parameter '\(p)' belongs to engine \(other.name), but engine is \(engine)")
                 }
+            }
+            if unavailable != nil, let fallbackConfiguration {
+                return problems + fallbackConfiguration.problems().map { "fallback \(fallback ?? ""): \($0)" }
             }
             return problems + engineConfiguration.problems()
         }

@@ -5,7 +5,7 @@ import PipelineCore
 /// ``ASREngine`` and reports what it recognizes as events (`utterance_start`, `transcript`,
 /// `utterance_end`, `finished`, `error`) and final transcripts as text frames on `text`.
 public actor ASRNode: Node {
-    let engineName: String
+    private(set) var engineName: String
     let engine: any ASREngine
     let format: AudioFormat
     let silenceMs: Int64
@@ -16,7 +16,25 @@ public actor ASRNode: Node {
         guard let descriptor = c.engineDescriptor else {
             throw NodeError("unknown_engine", "asr: unknown engine '\(engineName)'; expected one of \(ASREngines.all.map(\.name).joined(separator: ", "))")
         }
-        engine = try descriptor.make(c.engineConfiguration, c, environment)
+        if let why = c.unavailable, let fallback = c.fallback, let other = ASREngines.descriptor(fallback), let fc = c.fallbackConfiguration {
+            environment.logger.warning("asr: engine \(c.engine) is not available here (\(why)); using \(fallback) instead")
+            engineName = fallback
+            engine = try other.make(fc, c, environment)
+            format = fc.inputFormat
+            silenceMs = Int64(c.endpointSilenceMs)
+            return
+        }
+        do {
+            engine = try descriptor.make(c.engineConfiguration, c, environment)
+        } catch let error as NodeError {
+            guard let fallback = c.fallback, let other = ASREngines.descriptor(fallback), let fc = c.fallbackConfiguration else { throw error }
+            environment.logger.warning("asr: engine \(c.engine) cannot start here (\(error.message)); using \(fallback) instead")
+            engineName = fallback
+            engine = try other.make(fc, c, environment)
+            format = fc.inputFormat
+            silenceMs = Int64(c.endpointSilenceMs)
+            return
+        }
         format = c.inputFormat
         silenceMs = Int64(c.endpointSilenceMs)
     }

@@ -14,6 +14,10 @@ public struct WhisperEngine: ASREngine {
     let request: WhisperRequest
     let partialIntervalMs: Int64
     let partials: Bool
+    let earlyFinals: Bool
+
+    /// Quiet audio after speech that starts decoding the final ahead of the utterance's end.
+    static let earlyFinalPauseMs: Int64 = 100
 
     public var segmentsUnmarkedAudio: Bool { false }
 
@@ -60,6 +64,11 @@ public struct WhisperEngine: ASREngine {
             var samples: [Float] = []
             var endMs: Int64 = 0
             var sincePartial: Int64 = 0
+            var voicedSincePartial = false
+            var pause = PauseTracker()
+            // A final decoded ahead, from the start of a pause in which the utterance may end: used when
+            // the utterance does end with no more speech, dropped (cancelled) when speech resumes.
+            var early: (samples: Int, task: Task<WhisperDecoding?, any Error>)?
             for await input in inputs {
                 switch input {
                 case .utteranceStart(let voiceID, let seq, let startMs):
@@ -67,15 +76,29 @@ public struct WhisperEngine: ASREngine {
                     samples.removeAll(keepingCapacity: true)
                     endMs = startMs
                     sincePartial = 0
+                    voicedSincePartial = false
+                    pause = PauseTracker()
+                    early?.task.cancel()
+                    early = nil
                     partialState.state.withLock { $0.openSeq = seq; $0.lastText = "" }
                     send.yield(.now(.utteranceStart(voiceID: voiceID, seq: seq)))
                 case .audio(let audio):
                     guard let utterance = current else { continue }
+                    let first = samples.count
                     samples.reserveCapacity(samples.count + audio.samples.count)
                     for s in audio.samples { samples.append(Float(s) * (1.0 / 32768.0)) }
                     endMs = audio.endMs
-                    sincePartial += audio.endMs - audio.startMs
-                    guard partials, sincePartial >= partialIntervalMs else { continue }
+                    let durationMs = audio.endMs - audio.startMs
+                    sincePartial += durationMs
+                    if pause.push(samples[first...], durationMs: durationMs) {
+                        voicedSincePartial = true
+                        early?.task.cancel()
+                        early = nil
+                    } else if earlyFinals, early == nil, pause.quietMs >= Self.earlyFinalPauseMs, pause.heardSpeech {
+                        let audio = samples
+                        early = (samples.count, Task { try await pool.decode(audio, request: request, priority: .final, session: session) })
+                    }
+                    guard partials, sincePartial >= partialIntervalMs, voicedSincePartial else { continue }
                     let start = partialState.state.withLock { state -> Bool in
                         if state.inFlight { return false }
                         state.inFlight = true
@@ -83,6 +106,7 @@ public struct WhisperEngine: ASREngine {
                     }
                     guard start else { continue }
                     sincePartial = 0
+                    voicedSincePartial = false
                     // At most the last 30 s (one Whisper window) for a partial.
                     let snapshot = Array(samples.suffix(16000 * 30))
                     let partialEnd = endMs
@@ -107,12 +131,21 @@ public struct WhisperEngine: ASREngine {
                     let audio = samples
                     let utteranceEnd = endMs
                     let logger = context.logger
+                    let ahead = early?.task
+                    early = nil
+                    if ahead != nil { context.count("whisper_early_finals") }
                     let task = Task<[ASRResult], Never> {
                         var out: [ASRResult] = []
                         var transcript = ASRTranscript(text: "", voiceID: utterance.voiceID, seq: utterance.seq,
                                                        startMs: utterance.startMs, endMs: utteranceEnd)
                         do {
-                            if let decoding = try await pool.decode(audio, request: request, priority: .final, session: session) {
+                            let decoding: WhisperDecoding?
+                            if let ahead {
+                                decoding = try await ahead.value
+                            } else {
+                                decoding = try await pool.decode(audio, request: request, priority: .final, session: session)
+                            }
+                            if let decoding {
                                 transcript.text = Self.text(decoding)
                                 transcript.language = decoding.language
                                 if !transcript.text.isEmpty {
@@ -134,8 +167,33 @@ public struct WhisperEngine: ASREngine {
                     }
                 }
             }
+            early?.task.cancel()
             send.finish()
             try await group.waitForAll()
+        }
+    }
+
+    /// Tells speech from the quiet that may end an utterance: a chunk is voiced when its level is within
+    /// 20 dB of the loudest chunk so far (and above -54 dBFS).
+    struct PauseTracker {
+        private(set) var peak: Float = 0
+        private(set) var quietMs: Int64 = 0
+        private(set) var heardSpeech = false
+
+        /// Adds a chunk; true when it is voiced.
+        mutating func push(_ chunk: ArraySlice<Float>, durationMs: Int64) -> Bool {
+            guard !chunk.isEmpty else { return false }
+            var energy: Float = 0
+            for x in chunk { energy += x * x }
+            let rms = (energy / Float(chunk.count)).squareRoot()
+            peak = max(peak, rms)
+            if rms >= max(peak * 0.1, 0.002) {
+                quietMs = 0
+                heardSpeech = true
+                return true
+            }
+            quietMs += durationMs
+            return false
         }
     }
 
@@ -264,7 +322,8 @@ public struct WhisperEngine: ASREngine {
             if !model.multilingual { language = "en" }
             let request = WhisperRequest(threads: threads, beamSize: c.beamSize ?? 1, translate: c.translate ?? false, language: language,
                                          initialPrompt: c.initialPrompt, wordTimestamps: true, quick: false)
-            return WhisperEngine(model: model, request: request, partialIntervalMs: Int64(node.partialIntervalMs), partials: true)
+            return WhisperEngine(model: model, request: request, partialIntervalMs: Int64(node.partialIntervalMs), partials: true,
+                                 earlyFinals: true)
         })
 }
 

@@ -108,10 +108,11 @@ struct PocketSphinxASRTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().path
 
-    @Test("the main job, pipelines/recognizer-file.yaml, transcribes the bundled sample")
+    @Test("the main job, pipelines/recognizer-file.yaml, falls back to PocketSphinx without a Whisper model and transcribes the bundled sample")
     func recognizerFile() async throws {
         var environment = ProcessInfo.processInfo.environment
         environment["INPUT"] = Self.root + "/samples/sentences.wav"
+        environment["VOICEPIPE_WHISPER_MODEL"] = "/nonexistent/ggml-tiny.en.bin"
         let pipeline = try Pipeline(path: Self.root + "/pipelines/recognizer-file.yaml", registry: BuiltinNodes.registry(),
                                     overrides: [try Override(parsing: "out.path=" + temporaryPath("out.jsonl"))],
                                     environment: environment)

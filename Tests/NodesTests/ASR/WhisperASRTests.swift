@@ -91,6 +91,21 @@ struct WhisperASRTests {
                                      hypothesis: final) <= 0.1, "\(final)")
     }
 
+    @Test("the main job, pipelines/recognizer-file.yaml, uses Whisper when it is installed and hears every word of the bundled sample")
+    func recognizerFile() async throws {
+        var environment = ProcessInfo.processInfo.environment
+        environment["INPUT"] = Self.root + "/samples/sentences.wav"
+        let pipeline = try Pipeline(path: Self.root + "/pipelines/recognizer-file.yaml", registry: BuiltinNodes.registry(),
+                                    overrides: [try Override(parsing: "out.path=" + temporaryPath("out.jsonl"))],
+                                    environment: environment)
+        let events = try await runPipeline(pipeline)
+        let finals = events.named("transcript").filter { $0["final"]?.boolValue == true }
+        // samples/README.md lists the four sentences; they are the first four here.
+        #expect(finals.map { Speech.words($0["text"]?.stringValue ?? "") } == Self.sentences.prefix(4).map { Speech.words($0) })
+        // Whisper's finals say which language they heard; PocketSphinx's do not.
+        #expect(!finals.isEmpty && finals.allSatisfy { $0["language"]?.stringValue == "en" })
+    }
+
     @Test("two asr nodes on one model share one loaded copy and one bounded pool of decoder threads")
     func sharesModel() async throws {
         let wav = try Speech.wav(Array(Self.sentences.prefix(3)), voice: "slt")
