@@ -93,12 +93,12 @@ public struct PocketSphinxEngine: ASREngine {
         /// The parameters that only `engine: pocketsphinx` uses.
         public static let parameters = [
             ParamSpec("language", .string, doc: "pocketsphinx: model under /usr/share/pocketsphinx/model (default en-us)"),
-            ParamSpec("model_dir", .string, doc: "pocketsphinx: acoustic model directory (-hmm; default /usr/share/pocketsphinx/model/<language>/<language>)"),
-            ParamSpec("dict", .string, doc: "pocketsphinx: pronunciation dictionary (default cmudict-<language>.dict next to the model)"),
-            ParamSpec("lm", .string, doc: "pocketsphinx: n-gram language model (default <language>.lm.bin next to the model)"),
-            ParamSpec("jsgf", .string, doc: "pocketsphinx: JSGF grammar file; recognizes only what the grammar allows"),
+            ParamSpec("model_dir", .path, doc: "pocketsphinx: acoustic model directory (-hmm; default /usr/share/pocketsphinx/model/<language>/<language>)"),
+            ParamSpec("dict", .path, doc: "pocketsphinx: pronunciation dictionary (default cmudict-<language>.dict next to the model)"),
+            ParamSpec("lm", .path, doc: "pocketsphinx: n-gram language model (default <language>.lm.bin next to the model)"),
+            ParamSpec("jsgf", .path, doc: "pocketsphinx: JSGF grammar file; recognizes only what the grammar allows"),
             ParamSpec("keyphrase", .string, doc: "pocketsphinx: spot this phrase (keyword spotting) instead of free speech"),
-            ParamSpec("kws", .string, doc: "pocketsphinx: keyphrase list file, one phrase per line with an optional /threshold/"),
+            ParamSpec("kws", .path, doc: "pocketsphinx: keyphrase list file, one phrase per line with an optional /threshold/"),
             ParamSpec("kws_threshold", .double, doc: "pocketsphinx: detection threshold for `keyphrase` (default 1e-20; smaller misses less)"),
         ]
 

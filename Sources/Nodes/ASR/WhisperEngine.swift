@@ -266,7 +266,7 @@ public struct WhisperEngine: ASREngine {
 
         /// The parameters that only `engine: whisper` uses (`language` is shared with pocketsphinx).
         public static let parameters = [
-            ParamSpec("model", .string, doc: "whisper: ggml model file (default $VOICEPIPE_WHISPER_MODEL, then .deps/whisper/models/ggml-tiny.en.bin from scripts/install-whisper.sh)"),
+            ParamSpec("model", .path, doc: "whisper: ggml model file (default $VOICEPIPE_WHISPER_MODEL, then .deps/whisper/models/ggml-tiny.en.bin from scripts/install-whisper.sh)"),
             ParamSpec("language", .string, doc: "whisper: `auto` (detect; the default) or a language code (en, zh, de, ...); English-only models take en"),
             ParamSpec("threads", .int(1...64), doc: "whisper: threads per decoding (default: cores, at most 4)"),
             ParamSpec("beam_size", .int(1...16), doc: "whisper: beam search width for finals (default 1: greedy; partials are always greedy)"),

@@ -167,7 +167,7 @@ public actor VADNode: Node {
             ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: "speex",
                       doc: "speex: speexdsp's detector with a noise-floor energy test (margin_db, min_db); silero: the Silero neural VAD on ONNX Runtime (threshold, model; install with scripts/install-onnx.sh)"),
             ParamSpec("threshold", .double(0.05...0.95), default: 0.5, doc: "silero: speech probability that opens speech (it stays open down to threshold - 0.15)"),
-            ParamSpec("model", .string, doc: "silero: the model file (default: .deps/onnx/share/silero-vad/silero_vad.onnx, or $VOICEPIPE_SILERO_MODEL)"),
+            ParamSpec("model", .path, doc: "silero: the model file (default: .deps/onnx/share/silero-vad/silero_vad.onnx, or $VOICEPIPE_SILERO_MODEL)"),
             ParamSpec("start_ms", .int(10...10_000), default: 100, doc: "speech needed to open"),
             ParamSpec("stop_ms", .int(20...60_000), default: 500, doc: "silence needed to close"),
             ParamSpec("pre_roll_ms", .int(0...5_000), default: 300, doc: "audio kept before the onset (the start mark goes this far back)"),

@@ -249,7 +249,7 @@ public actor FileSourceNode: Node {
         public var latencyMs: Int?
         public var onDeviceLost: String?
         public static let parameters: [ParamSpec] = [
-            ParamSpec("path", .string, required: true, doc: "WAV file (PCM 8/16/24/32-bit int, 32/64-bit float), compressed audio (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC; FFmpeg) or raw PCM with `raw`"),
+            ParamSpec("path", .path, required: true, doc: "WAV file (PCM 8/16/24/32-bit int, 32/64-bit float), compressed audio (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC; FFmpeg) or raw PCM with `raw`"),
             ParamSpec("realtime", .bool, default: false, doc: "pace frames at 1x real time instead of as fast as possible"),
             ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "frame length in milliseconds"),
             ParamSpec("loop", .bool, default: false, doc: "start over at the end of the file"),

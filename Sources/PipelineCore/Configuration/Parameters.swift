@@ -37,6 +37,9 @@ public indirect enum ParamValue: Sendable, Hashable, CustomStringConvertible {
 /// The type a parameter accepts.
 public enum ParamType: Sendable, Hashable, CustomStringConvertible {
     case string
+    /// A file to read (a model, an audio file, a grammar). Written relative, it is taken from the graph
+    /// file's folder when the file is there, else from the working directory (as `--set` values are).
+    case path
     case int(ClosedRange<Int>? = nil)
     case double(ClosedRange<Double>? = nil)
     case bool
@@ -57,6 +60,7 @@ public enum ParamType: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .string: return "string"
+        case .path: return "path"
         case .int(let r): return r.map { "integer in \($0.lowerBound)...\($0.upperBound)" } ?? "integer"
         case .double(let r): return r.map { "number in \($0.lowerBound)...\($0.upperBound)" } ?? "number"
         case .bool: return "boolean"
@@ -71,7 +75,7 @@ public enum ParamType: Sendable, Hashable, CustomStringConvertible {
     /// or a message saying what was expected.
     public func check(_ value: ParamValue) -> Result<ParamValue, ParamTypeError> {
         switch (self, value) {
-        case (.string, .string): return .success(value)
+        case (.string, .string), (.path, .string): return .success(value)
         case (.string, .int(let i)): return .success(.string(String(i)))
         case (.string, .double(let d)): return .success(.string(String(d)))
         case (.int(let range), .int(let i)):

@@ -53,6 +53,16 @@ public struct ValidatedGraph: Sendable {
 
 /// Checks a parsed graph against a registry and reports every problem at once.
 public enum GraphValidator {
+    /// `path` as written in `file`: relative paths name a file in the graph file's folder when one is
+    /// there, else stay relative to the working directory; absolute paths and `--set` values are kept.
+    static func resolve(_ path: String, from file: String) -> String {
+        guard !path.isEmpty, !path.hasPrefix("/"), !path.hasPrefix("~"), !file.hasPrefix("<") else { return path }
+        let folder = (file as NSString).deletingLastPathComponent
+        guard !folder.isEmpty else { return path }
+        let candidate = (folder as NSString).appendingPathComponent(path)
+        return FileManager.default.fileExists(atPath: candidate) ? candidate : path
+    }
+
     /// Validates `spec`, throwing a ``GraphError`` listing every problem (including parse problems).
     public static func validate(_ spec: GraphSpec, registry: NodeRegistry) throws -> ValidatedGraph {
         var issues = spec.issues
@@ -98,7 +108,11 @@ public enum GraphValidator {
                 }
                 if value == .null { continue }
                 switch p.type.check(value) {
-                case .success(let v): values[key] = v
+                case .success(let v):
+                    values[key] = v
+                    if p.type == .path, case .string(let path) = v {
+                        values[key] = .string(GraphValidator.resolve(path, from: at.file))
+                    }
                 case .failure(let e):
                     // Numbers and booleans that arrived as strings (e.g. from "${RATE}") are accepted when they parse.
                     if case .string(let s) = value, case .success(let v) = p.type.check(GraphLoader.scalarValue(s, plain: true)) {

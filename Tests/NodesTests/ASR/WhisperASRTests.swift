@@ -137,6 +137,20 @@ struct WhisperASRTests {
         }
     }
 
+    @Test("a relative model path is taken from the graph file's folder")
+    func relativeModel() async throws {
+        let graphFile = temporaryPath("graph.yaml")
+        let folder = (graphFile as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: folder + "/models", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: folder + "/models/tiny.bin", withDestinationPath: Self.tiny)
+        let wav = try Speech.wav(["open the door please"], voice: "slt")
+        try Self.graph(wav, asr: "{ type: asr, engine: whisper, model: models/tiny.bin }").write(toFile: graphFile, atomically: true, encoding: .utf8)
+        // The working directory (the package) has no models/tiny.bin.
+        #expect(!FileManager.default.fileExists(atPath: FileManager.default.currentDirectoryPath + "/models/tiny.bin"))
+        let events = try await runPipeline(try Pipeline(path: graphFile, registry: BuiltinNodes.registry()))
+        #expect(Speech.words(events.finalTexts.joined(separator: " ")) == ["open", "the", "door", "please"], "\(events.finalTexts)")
+    }
+
     @Test("validation names a missing model, a file that is not a ggml model, an unknown language and a language tiny.en cannot do")
     func validation() throws {
         let notModel = temporaryPath("model.bin")
