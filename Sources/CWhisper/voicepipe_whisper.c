@@ -115,11 +115,13 @@ static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[512];
 
-/* whisper.cpp's log: errors are kept for the next error message, the rest is dropped. */
+/* whisper.cpp's log: the first error since the last call is kept for its error message (later ones
+ * only say that loading failed), the rest is dropped. */
 static void on_log(int level, const char *text, void *user) {
     (void)user;
     if (level != 4 /* GGML_LOG_LEVEL_ERROR */ || !text) return;
     pthread_mutex_lock(&log_lock);
+    if (last_error[0]) { pthread_mutex_unlock(&log_lock); return; }
     snprintf(last_error, sizeof last_error, "%s", text);
     size_t n = strlen(last_error);
     while (n > 0 && (last_error[n - 1] == '\n' || last_error[n - 1] == ' ')) last_error[--n] = 0;
