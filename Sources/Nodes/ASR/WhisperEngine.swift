@@ -16,7 +16,8 @@ public struct WhisperEngine: ASREngine {
     let partials: Bool
     let earlyFinals: Bool
 
-    /// Quiet audio after speech that starts decoding the final ahead of the utterance's end.
+    /// Quiet audio after speech that starts decoding the final ahead of the utterance's end (when the
+    /// pool has a free thread: decoding ahead never takes a thread another session's final needs).
     static let earlyFinalPauseMs: Int64 = 100
 
     public var segmentsUnmarkedAudio: Bool { false }
@@ -94,7 +95,7 @@ public struct WhisperEngine: ASREngine {
                         voicedSincePartial = true
                         early?.task.cancel()
                         early = nil
-                    } else if earlyFinals, early == nil, pause.quietMs >= Self.earlyFinalPauseMs, pause.heardSpeech {
+                    } else if earlyFinals, early == nil, pause.quietMs >= Self.earlyFinalPauseMs, pause.heardSpeech, pool.isIdle {
                         let audio = samples
                         early = (samples.count, Task { try await pool.decode(audio, request: request, priority: .final, session: session) })
                     }

@@ -254,6 +254,12 @@ final class WhisperDecoderPool: @unchecked Sendable {
         }
     }
 
+    /// True when a thread is free and no final waits: work done ahead costs no one anything.
+    var isIdle: Bool {
+        condition.lock(); defer { condition.unlock() }
+        return finals.isEmpty && workers.contains { $0.running == nil }
+    }
+
     /// Threads in the pool.
     var workerCount: Int { condition.lock(); defer { condition.unlock() }; return workers.count }
 
