@@ -37,6 +37,10 @@ public struct WhisperEngine: ASREngine {
         var openSeq: Int?
         var inFlight = false
         var lastText = ""
+        /// When the last partial's decoding ended and what it cost: the next one waits at least as
+        /// long, so partials keep a decoder busy at most half the time.
+        var lastEnded: ContinuousClock.Instant?
+        var lastCost: Duration = .zero
     }
 
     public func run(inputs: ASRInputs, results: ASRResults, context: NodeContext) async throws {
@@ -102,6 +106,7 @@ public struct WhisperEngine: ASREngine {
                     guard partials, sincePartial >= partialIntervalMs, voicedSincePartial else { continue }
                     let start = partialState.state.withLock { state -> Bool in
                         if state.inFlight { return false }
+                        if let ended = state.lastEnded, ContinuousClock.now - ended < state.lastCost { return false }
                         state.inFlight = true
                         return true
                     }
@@ -113,9 +118,12 @@ public struct WhisperEngine: ASREngine {
                     let partialEnd = endMs
                     let snapshotStartMs = partialEnd - Int64(snapshot.count) / 16
                     group.addTask {
+                        let started = ContinuousClock.now
                         let decoding = try? await pool.decode(snapshot, request: quick, priority: .partial, session: session)
                         partialState.state.withLock { state in
                             state.inFlight = false
+                            state.lastEnded = ContinuousClock.now
+                            state.lastCost = decoding.map { .milliseconds($0.decodeMs) } ?? state.lastEnded! - started
                             guard state.openSeq == utterance.seq, let decoding else { return }
                             let text = Self.text(decoding)
                             guard !text.isEmpty, text != state.lastText else { return }
@@ -147,6 +155,7 @@ public struct WhisperEngine: ASREngine {
                                 decoding = try await pool.decode(audio, request: request, priority: .final, session: session)
                             }
                             if let decoding {
+                                logger.debug("whisper: utterance \(utterance.voiceID): \(audio.count / 16) ms decoded in \(Int(decoding.decodeMs)) ms\(ahead != nil ? " (ahead)" : "")")
                                 transcript.text = Self.text(decoding)
                                 transcript.language = decoding.language
                                 if !transcript.text.isEmpty {
@@ -175,7 +184,9 @@ public struct WhisperEngine: ASREngine {
     }
 
     /// Tells speech from the quiet that may end an utterance: a chunk is voiced when its level is within
-    /// 20 dB of the loudest chunk so far (and above -54 dBFS).
+    /// 30 dB of the loudest chunk so far (or above -40 dBFS). Only quiet that low lets a final decoded
+    /// ahead stand for the utterance, so a soft last word is not cut off; in a noisy room the quiet never
+    /// comes and finals are decoded when the utterance ends.
     struct PauseTracker {
         private(set) var peak: Float = 0
         private(set) var quietMs: Int64 = 0
@@ -188,7 +199,7 @@ public struct WhisperEngine: ASREngine {
             for x in chunk { energy += x * x }
             let rms = (energy / Float(chunk.count)).squareRoot()
             peak = max(peak, rms)
-            if rms >= max(peak * 0.1, 0.002) {
+            if rms >= min(max(peak * 0.03, 0.001), 0.01) {
                 quietMs = 0
                 heardSpeech = true
                 return true

@@ -254,10 +254,11 @@ final class WhisperDecoderPool: @unchecked Sendable {
         }
     }
 
-    /// True when a thread is free and no final waits: work done ahead costs no one anything.
+    /// True when no final waits and a thread is free or only decoding a partial (which a final
+    /// aborts): work done ahead then delays no one's final.
     var isIdle: Bool {
         condition.lock(); defer { condition.unlock() }
-        return finals.isEmpty && workers.contains { $0.running == nil }
+        return finals.isEmpty && workers.contains { $0.running == nil || $0.running?.priority == .partial }
     }
 
     /// Threads in the pool.
@@ -309,7 +310,8 @@ final class WhisperDecoderPool: @unchecked Sendable {
     }
 
     private func loop(_ worker: Worker) {
-        var state: OpaquePointer?
+        // The decoder's buffers are made before the first request, so it does not wait for them.
+        var state: OpaquePointer? = vp_whisper_state_new(context)
         while true {
             condition.lock()
             while finals.isEmpty && partials.isEmpty { condition.wait() }
