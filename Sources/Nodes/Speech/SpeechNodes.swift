@@ -1,0 +1,6 @@
+import PipelineCore
+
+/// Speech synthesis nodes.
+enum SpeechNodes {
+    static var all: [NodeDescriptor] { [] }
+}
