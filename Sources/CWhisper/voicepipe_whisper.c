@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "voicepipe_whisper.h"
 
 typedef int32_t wtoken;
@@ -112,6 +113,21 @@ static struct {
 } W;
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+/* At exit, decodings still running are aborted and waited for (up to 3 s) before the C++ runtime tears
+ * down ggml under them; no new one starts. ggml makes some of its objects on first use, which registers
+ * their destructors then; exit runs handlers in reverse order, so ours is registered after the first
+ * decoding has finished, to run before those. */
+static atomic_int shutting_down;
+static atomic_int in_flight;
+static atomic_int exit_handler_registered;
+
+static void finish_decodings(void) {
+    atomic_store(&shutting_down, 1);
+    for (int i = 0; i < 300 && atomic_load(&in_flight) > 0; i++) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+}
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[512];
 
@@ -196,6 +212,7 @@ int vp_whisper_load(const char *path, char *error, size_t error_size) {
     snprintf(W.version, sizeof W.version, "%s", version);
     W.log_set(on_log, NULL);
     W.handle = handle;
+    atexit(finish_decodings);
     pthread_mutex_unlock(&load_lock);
     return 0;
 fail:
@@ -238,11 +255,12 @@ void vp_whisper_state_free(vp_whisper_state *state) { if (state) W.free_state(st
 
 static bool should_abort(void *data) {
     const volatile int *flag = (const volatile int *)data;
-    return flag && *flag != 0;
+    return atomic_load(&shutting_down) || (flag && *flag != 0);
 }
 
 int vp_whisper_run(vp_whisper_model *model, vp_whisper_state *state, const vp_whisper_request *r,
                    const float *samples, int n, char *error, size_t error_size) {
+    if (atomic_load(&shutting_down)) { snprintf(error, error_size, "the process is exiting"); return -1; }
     int beam = r->beam_size > 1;
     struct w_full_params *p = W.full_default_params_by_ref(beam ? 1 : 0);
     if (!p) { snprintf(error, error_size, "whisper_full_default_params_by_ref failed"); return -1; }
@@ -259,14 +277,17 @@ int vp_whisper_run(vp_whisper_model *model, vp_whisper_state *state, const vp_wh
     p->detect_language = false;
     if (beam) p->beam_search.beam_size = r->beam_size;
     if (!r->temperature_fallback) p->temperature_inc = 0.0f;
-    p->abort_callback = r->abort_flag ? should_abort : NULL;
+    p->abort_callback = should_abort;
     p->abort_callback_user_data = (void *)r->abort_flag;
     struct w_full_params copy = *p;
     W.free_params(p);
     pthread_mutex_lock(&log_lock);
     last_error[0] = 0;
     pthread_mutex_unlock(&log_lock);
-    int rc = W.full_with_state(model, state, copy, samples, n);
+    atomic_fetch_add(&in_flight, 1);
+    int rc = atomic_load(&shutting_down) ? -1 : W.full_with_state(model, state, copy, samples, n);
+    atomic_fetch_sub(&in_flight, 1);
+    if (!atomic_exchange(&exit_handler_registered, 1)) atexit(finish_decodings);
     if (rc != 0) {
         char what[64];
         snprintf(what, sizeof what, "whisper_full failed (%d)", rc);

@@ -83,7 +83,11 @@ enum SignalCenter {
             let second = state.withLock { $0.received > 1 }
             WAVWriter.finalizeAllForExit()
             if second { FileHandle.standardError.write(Data("\nvoicepipe: second signal, exiting at once\n".utf8)) }
-            exit(128 + sig)
+            // At once means without exit handlers and library destructors: the pipelines may be ending
+            // on another thread, which runs those itself, and two threads tearing libraries down at
+            // once (a decoder still running in whisper.cpp's ggml) crashes. Buffered output is flushed.
+            fflush(nil)
+            _exit(128 + sig)
         }
     }
 

@@ -59,7 +59,10 @@ public struct WhisperEngine: ASREngine {
                     switch item {
                     case .now(let result): try await results.send(result)
                     case .final(let task):
-                        for result in await task.value { try await results.send(result) }
+                        // A cancelled node (a session gone, a stop past its drain time) gives up its
+                        // waiting decodings instead of holding the pool.
+                        let finals = await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
+                        for result in finals { try await results.send(result) }
                     }
                 }
             }
@@ -103,7 +106,8 @@ public struct WhisperEngine: ASREngine {
                         let audio = samples
                         early = (samples.count, Task { try await pool.decode(audio, request: request, priority: .final, session: session) })
                     }
-                    guard partials, sincePartial >= partialIntervalMs, voicedSincePartial else { continue }
+                    // Partials use spare decoding time only: a free thread, nothing waiting.
+                    guard partials, sincePartial >= partialIntervalMs, voicedSincePartial, pool.hasFreeThread else { continue }
                     let start = partialState.state.withLock { state -> Bool in
                         if state.inFlight { return false }
                         if let ended = state.lastEnded, ContinuousClock.now - ended < state.lastCost { return false }

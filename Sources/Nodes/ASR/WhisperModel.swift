@@ -261,6 +261,12 @@ final class WhisperDecoderPool: @unchecked Sendable {
         return finals.isEmpty && workers.contains { $0.running == nil || $0.running?.priority == .partial }
     }
 
+    /// True when a thread is free and nothing waits: a partial started now delays no one.
+    var hasFreeThread: Bool {
+        condition.lock(); defer { condition.unlock() }
+        return finals.isEmpty && partials.isEmpty && workers.contains { $0.running == nil }
+    }
+
     /// Threads in the pool.
     var workerCount: Int { condition.lock(); defer { condition.unlock() }; return workers.count }
 
@@ -310,8 +316,21 @@ final class WhisperDecoderPool: @unchecked Sendable {
     }
 
     private func loop(_ worker: Worker) {
-        // The decoder's buffers are made before the first request, so it does not wait for them.
+        // The decoder's buffers are made, and ggml's lazily built objects with a first decoding of 1 s
+        // of silence, before the first request: it does not wait for them, and the process can exit
+        // safely from then on (see voicepipe_whisper.c).
         var state: OpaquePointer? = vp_whisper_state_new(context)
+        if let state {
+            let silence = [Float](repeating: 0, count: 16000)
+            var error = [CChar](repeating: 0, count: 256)
+            var warmup = vp_whisper_request(n_threads: 1, beam_size: 1, translate: false, language: nil, initial_prompt: nil,
+                                            token_timestamps: false, no_timestamps: true, single_segment: true, max_tokens: 1,
+                                            temperature_fallback: false, abort_flag: nil)
+            _ = "en".withCString { language in
+                warmup.language = language
+                return silence.withUnsafeBufferPointer { vp_whisper_run(context, state, &warmup, $0.baseAddress, Int32($0.count), &error, error.count) }
+            }
+        }
         while true {
             condition.lock()
             while finals.isEmpty && partials.isEmpty { condition.wait() }
