@@ -35,6 +35,9 @@ let package = Package(
         .systemLibrary(name: "COpus", pkgConfig: "opus", providers: [.apt(["libopus-dev"])]),
         .systemLibrary(name: "CSpeexDSP", pkgConfig: "speexdsp", providers: [.apt(["libspeexdsp-dev"])]),
         .systemLibrary(name: "CPocketSphinx", pkgConfig: "pocketsphinx", providers: [.apt(["libpocketsphinx-dev"])]),
+        // Speech synthesis: flite (no pkg-config file; its voices are libraries of their own) and espeak-ng.
+        .systemLibrary(name: "CFlite", providers: [.apt(["flite1-dev"])]),
+        .systemLibrary(name: "CEspeakNG", pkgConfig: "espeak-ng", providers: [.apt(["libespeak-ng-dev"])]),
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
         // whisper.cpp's C API, loaded at run time (dlopen): the build does not need the library.
@@ -60,7 +63,7 @@ let package = Package(
         .target(
             name: "Nodes",
             dependencies: [
-                core, "NATSClient", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel",
+                core, "NATSClient", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel", "CFlite", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

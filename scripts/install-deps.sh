@@ -3,9 +3,9 @@
 set -euo pipefail
 packages=(
   pkg-config libasound2-dev libpulse-dev pulseaudio pulseaudio-utils libasound2-plugins alsa-utils
-  libopus-dev libspeexdsp-dev libpocketsphinx-dev pocketsphinx-en-us
+  libopus-dev libspeexdsp-dev libpocketsphinx-dev pocketsphinx-en-us pocketsphinx-testdata
   libavcodec-dev libavformat-dev libswresample-dev gstreamer1.0-libav libwebrtc-audio-processing-dev
-  espeak-ng flite sox libsox-fmt-all
+  espeak-ng flite flite1-dev libespeak-ng-dev sox libsox-fmt-all
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   libcurl4-openssl-dev libyaml-dev graphviz openssl procps bc python3 iproute2
   nginx nats-server

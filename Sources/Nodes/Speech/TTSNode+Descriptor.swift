@@ -1,0 +1,78 @@
+import PipelineCore
+
+extension TTSNode {
+    /// The synthesizer of `tts` (`engine`).
+    public enum Engine: String, Sendable, Decodable, CaseIterable {
+        /// CMU Flite, embedded: US English voices. The default.
+        case flite
+        /// eSpeak NG, embedded: about a hundred languages, Mandarin included.
+        case espeakNG = "espeak-ng"
+
+        /// One line per engine for `voicepipe nodes`.
+        var summary: String {
+            switch self {
+            case .flite: "flite (embedded; voices \(FliteSynthesizer.Voice.names), default \(FliteSynthesizer.Voice.defaultVoice.rawValue))"
+            case .espeakNG: "espeak-ng (embedded; voice = a language as `espeak-ng -v` takes it: en, en-us, cmn, ...; default \(EspeakSynthesizer.defaultVoice))"
+            }
+        }
+    }
+
+    /// Configuration of `tts`.
+    public struct Configuration: NodeConfiguration {
+        /// The synthesizer.
+        public var engine: Engine
+        /// The engine's voice; `nil` = the engine's default.
+        public var voice: String?
+        /// Sample rate of the audio on `out`.
+        public var rate: Int
+        /// Speaking rate, as a factor of the voice's own.
+        public var speed: Double
+        /// Length of the frames on `out`, in milliseconds.
+        public var frameMs: Int
+
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: .string(Engine.flite.rawValue),
+                      doc: "synthesizer: " + Engine.allCases.map(\.summary).joined(separator: "; ")),
+            ParamSpec("voice", .string, doc: "the engine's voice (flite: \(FliteSynthesizer.Voice.names); espeak-ng: a language such as en-us or cmn, optionally +variant)"),
+            ParamSpec("rate", .int(1000...384_000), default: 16000, doc: "sample rate of the audio on out (mono), converted from the engine's own"),
+            ParamSpec("speed", .double(0.25...4), default: 1.0, doc: "speaking rate as a factor of the voice's own (espeak-ng: 175 words per minute times this, within 80...450)"),
+            ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "length of the audio frames on out"),
+        ]
+
+        /// The audio format on `out`.
+        public var format: AudioFormat { AudioFormat(sampleRate: rate, channels: 1) }
+
+        /// A voice the engine does not have (naming those it has).
+        public func problems() -> [String] {
+            switch engine {
+            case .flite:
+                guard let voice, FliteSynthesizer.Voice(name: voice) == nil else { return [] }
+                return ["flite has no voice '\(voice)'; voices: \(FliteSynthesizer.Voice.names)"]
+            case .espeakNG:
+                return EspeakLibrary.problem(voice: voice ?? EspeakSynthesizer.defaultVoice).map { [$0] } ?? []
+            }
+        }
+
+        /// The selected engine's synthesizer; `name` names its thread.
+        func makeSynthesizer(name: String) -> any SpeechSynthesizer {
+            switch engine {
+            case .flite:
+                FliteSynthesizer(voice: voice.flatMap(FliteSynthesizer.Voice.init(name:)) ?? FliteSynthesizer.Voice.defaultVoice,
+                                 speed: speed, name: name)
+            case .espeakNG:
+                EspeakSynthesizer(voice: voice ?? EspeakSynthesizer.defaultVoice, speed: speed, name: name)
+            }
+        }
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "tts", summary: "Speech synthesis: text in, audio out sentence by sentence as soon as each is ready (engines: \(Engine.allCases.map(\.rawValue).joined(separator: ", ")))",
+        family: "services",
+        inputs: [PortSpec("text", [.text], doc: "texts to speak; each is cut into sentences, synthesized in order")],
+        outputs: [PortSpec("out", [.audio], doc: "the speech, mono at `rate`, in `frame_ms` frames; a text's first frame marked speechStart, its last speechEnd"),
+                  .events],
+        configuration: Configuration.self,
+        format: .typed(Configuration.self, output: { c, _ in c.format }),
+        make: { c, _ in TTSNode(configuration: c) })
+}
