@@ -2,7 +2,7 @@
 """Convert a CTranslate2 Whisper model directory into a whisper.cpp ggml file.
 
 Usage:
-    scripts/whisper-ct2-to-ggml.py CT2_DIR OUT.bin
+    scripts/whisper-ct2-to-ggml.py [--type {f16,q8_0,q5_0}] CT2_DIR OUT.bin
 
 CT2_DIR is a directory as faster-whisper loads it: ``model.bin`` (a
 CTranslate2 "WhisperSpec" model), ``config.json`` and ``vocabulary.json`` or
@@ -14,6 +14,22 @@ embeddings are float32, the same split that whisper.cpp's own converters
 make. (No all-f32 option: whisper.cpp's CPU conv path asserts f16 conv
 kernels, so ftype-0 files abort at the first encode.)
 
+``--type q8_0`` / ``--type q5_0`` write the file that whisper.cpp's
+``quantize`` tool would make from the f16 file: every 2-D tensor except the
+conv biases and the two positional embeddings is block-quantized (32 values a
+block), starting from the f16-rounded weights exactly as that tool reads
+them; the 3-D conv kernels stay f16 and the 1-D tensors f32; the hparams
+ftype becomes 2007 / 2008 (quantization-format version 2 times 1000 plus
+GGML_FTYPE_MOSTLY_Q8_0 = 7 / Q5_0 = 8). The output is byte-identical to
+``quantize ggml-f16.bin out.bin q8_0`` (resp. ``q5_0``).
+  * q8_0 block (34 bytes): fp16 scale d = max|x| / 127, then 32 int8
+    round-half-away-from-zero(x / d).
+  * q5_0 block (22 bytes): fp16 scale d = m / -16 where m is the value of
+    largest magnitude (first one on ties), a little-endian u32 holding bit 4
+    of each of the 32 codes (bit k for value k), then 16 bytes of low
+    nibbles (value j in the low nibble of byte j, value j+16 in its high
+    nibble); code = min(31, trunc(x / d + 16.5)), decoded as (code - 16) * d.
+
 Needs Python 3 and numpy only. The 80- (or 128-) bin mel filterbank is not
 taken from the model: it is recomputed here (Slaney mel scale, Slaney area
 normalisation, n_fft 400 at 16 kHz), which is what Whisper's bundled filters
@@ -23,6 +39,10 @@ Formats were learned by reading, not copying:
   * whisper.cpp: src/whisper.cpp (whisper_model_load), src/whisper-arch.h
     (tensor names) and models/convert-pt-to-ggml.py /
     models/convert-h5-to-ggml.py (tensor layout and which tensors are f16);
+    examples/quantize + examples/common-ggml.cpp (which tensors get
+    quantized, the ftype value), ggml/src/ggml-common.h (block layouts),
+    ggml/src/ggml-quants.c (reference q8_0 / q5_0 rounding) and
+    ggml/include/ggml.h (type and ftype numbers);
   * CTranslate2: python/ctranslate2/specs/model_spec.py (model.bin
     serialization, aliases, int8/int16 quantization scales),
     specs/whisper_spec.py, specs/transformer_spec.py,
@@ -49,6 +69,18 @@ from pathlib import Path
 import numpy as np
 
 GGML_MAGIC = 0x67676D6C  # "ggml"
+
+# Per-tensor type ids (ggml_type) and the hparams ftype each output type gets.
+# Quantized files carry the quantization-format version in the thousands.
+GGML_TYPE_F32 = 0
+GGML_TYPE_F16 = 1
+GGML_QNT_VERSION = 2
+WEIGHT_TYPES = {  # --type -> (ggml_type of the quantized 2-D weights, hparams ftype)
+    "f16": (GGML_TYPE_F16, 1),  # GGML_FTYPE_MOSTLY_F16 (no version: not quantized)
+    "q8_0": (8, GGML_QNT_VERSION * 1000 + 7),  # GGML_TYPE_Q8_0, GGML_FTYPE_MOSTLY_Q8_0
+    "q5_0": (6, GGML_QNT_VERSION * 1000 + 8),  # GGML_TYPE_Q5_0, GGML_FTYPE_MOSTLY_Q5_0
+}
+QBLOCK = 32  # values per q8_0 / q5_0 block
 
 # CTranslate2 DataType enum order (type ids in model.bin, binary version >= 4).
 CT2_DTYPES = {
@@ -337,6 +369,90 @@ def mel_filterbank(n_mels: int, sample_rate: int = 16000, n_fft: int = 400) -> n
 
 
 # --------------------------------------------------------------------------
+# ggml block quantization (q8_0, q5_0), whole blocks at a time with numpy
+# --------------------------------------------------------------------------
+
+# On-disk blocks; numpy structured dtypes are packed, like the C structs.
+Q8_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "i1", (QBLOCK,))])
+Q5_0_BLOCK = np.dtype([("d", "<f2"), ("qh", "u1", (4,)), ("qs", "u1", (QBLOCK // 2,))])
+assert Q8_0_BLOCK.itemsize == 34 and Q5_0_BLOCK.itemsize == 22
+
+# Blocks per numpy pass; bounds the temporaries (a few hundred MB at most even
+# for large-v3's token embedding).
+QUANT_CHUNK_BLOCKS = 1 << 18
+
+
+def _reciprocal(d: np.ndarray) -> np.ndarray:
+    """float32 1/d, and 0 where d is 0 (an all-zero block)."""
+    inv = np.zeros_like(d)
+    np.divide(np.float32(1.0), d, out=inv, where=d != 0)
+    return inv
+
+
+def q8_0_blocks(x: np.ndarray) -> np.ndarray:
+    """(n, 32) float32 -> n q8_0 blocks.
+
+    All arithmetic stays float32 where ggml's reference code uses float, so
+    the codes match it bit for bit: d = amax / 127, codes = round(x * (1/d))
+    with halves rounded away from zero (C roundf, not numpy's half-to-even).
+    """
+    d = np.abs(x).max(axis=1) / np.float32(127.0)
+    scaled = x * _reciprocal(d)[:, None]
+    # |scaled| + 0.5 is exact in float64, so floor gives roundf's answer even
+    # for values just below a half.
+    codes = np.copysign(np.floor(np.abs(scaled).astype(np.float64) + 0.5), scaled)
+    out = np.empty(x.shape[0], dtype=Q8_0_BLOCK)
+    out["d"] = d  # float32 -> float16, round to nearest even (as ggml)
+    out["qs"] = codes.astype(np.int8)
+    return out
+
+
+def q5_0_blocks(x: np.ndarray) -> np.ndarray:
+    """(n, 32) float32 -> n q5_0 blocks.
+
+    The scale comes from the signed value of largest magnitude m (the first
+    such value in the block), d = m / -16, so that m itself maps to code 0;
+    codes = min(31, trunc(x * (1/d) + 16.5)) with the addition done in
+    float32, as ggml's reference code does before its integer cast.
+    """
+    rows = np.arange(x.shape[0])
+    mag = np.abs(x)
+    first = mag.argmax(axis=1)  # first index on ties, like a strict '<' scan
+    m = x[rows, first]
+    # An all-zero block keeps ggml's initial +0.0 (d becomes -0.0, stored as 0x8000).
+    m = np.where(mag[rows, first] > 0, m, np.float32(0.0))
+    d = m / np.float32(-16.0)
+    shifted = x * _reciprocal(d)[:, None] + np.float32(16.5)
+    codes = np.minimum(np.trunc(shifted), np.float32(31.0)).astype(np.uint8)
+    out = np.empty(x.shape[0], dtype=Q5_0_BLOCK)
+    out["d"] = d
+    # Bit 4 of code k goes to bit k of a little-endian u32.
+    out["qh"] = np.packbits((codes >> 4) & 1, axis=1, bitorder="little")
+    low = codes & 0x0F
+    out["qs"] = low[:, : QBLOCK // 2] | (low[:, QBLOCK // 2 :] << 4)
+    return out
+
+
+QUANTIZERS = {"q8_0": q8_0_blocks, "q5_0": q5_0_blocks}
+
+
+def write_quantized(out, data: np.ndarray, kind: str) -> int:
+    """Write a 2-D tensor (rows of whole blocks) as ggml blocks; returns bytes written.
+
+    The input is the tensor as it would be stored in the f16 file (whisper.cpp's
+    quantize tool reads those f16 values), so it is widened from float16.
+    """
+    blocks = np.ascontiguousarray(data, dtype=np.float16).reshape(-1, QBLOCK)
+    quantize = QUANTIZERS[kind]
+    written = 0
+    for start in range(0, blocks.shape[0], QUANT_CHUNK_BLOCKS):
+        part = quantize(blocks[start:start + QUANT_CHUNK_BLOCKS].astype(np.float32))
+        out.write(part.tobytes())
+        written += part.nbytes
+    return written
+
+
+# --------------------------------------------------------------------------
 # Conversion
 # --------------------------------------------------------------------------
 
@@ -426,7 +542,11 @@ def keep_f32(name: str, ndim: int) -> bool:
     )
 
 
-def convert(model_dir: Path, out_path: Path, log=print) -> dict:
+def convert(model_dir: Path, out_path: Path, log=print, weight_type: str = "f16") -> dict:
+    """Write OUT; weight_type is "f16" or a quantization ("q8_0", "q5_0") for the 2-D weights."""
+    if weight_type not in WEIGHT_TYPES:
+        raise ConversionError(f"unknown weight type '{weight_type}' (choose from {', '.join(WEIGHT_TYPES)})")
+    weight_ggml_type, ftype = WEIGHT_TYPES[weight_type]
     if not model_dir.is_dir():
         raise ConversionError(f"{model_dir}: not a directory")
     bin_path = model_dir / "model.bin"
@@ -480,7 +600,7 @@ def convert(model_dir: Path, out_path: Path, log=print) -> dict:
         "n_text_head": n_text_head,
         "n_text_layer": n_dec,
         "n_mels": n_mels,
-        "ftype": 1,  # GGML_FTYPE_MOSTLY_F16
+        "ftype": ftype,
     }
 
     # Vocabulary: ggml files carry only the ordinary BPE tokens (ids below
@@ -521,6 +641,7 @@ def convert(model_dir: Path, out_path: Path, log=print) -> dict:
 
     tmp_path = out_path.with_name(out_path.name + ".part")
     n_tensors = 0
+    type_counts: dict[str, int] = {}
     try:
         with open(tmp_path, "wb") as out:
             out.write(struct.pack("<I", GGML_MAGIC))
@@ -538,12 +659,27 @@ def convert(model_dir: Path, out_path: Path, log=print) -> dict:
                 data = np.ascontiguousarray(data, dtype="<f4" if f32 else "<f2")
                 if not np.all(np.isfinite(data)):
                     raise ConversionError(f"{bin_path}: tensor for '{name}' has non-finite values after conversion")
+                ttype, tname = (GGML_TYPE_F32, "f32") if f32 else (GGML_TYPE_F16, "f16")
+                # whisper.cpp's quantizer takes every 2-D tensor of the f16 file
+                # but the skip list (conv biases, positional embeddings: kept
+                # f32 here); the 3-D conv kernels stay f16.
+                if weight_type != "f16" and not f32 and data.ndim == 2:
+                    if data.shape[1] % QBLOCK:
+                        raise ConversionError(
+                            f"{bin_path}: '{name}' rows have {data.shape[1]} values, not a multiple of "
+                            f"{QBLOCK}; cannot {weight_type}-quantize it"
+                        )
+                    ttype, tname = weight_ggml_type, weight_type
                 encoded = name.encode("utf-8")
-                out.write(struct.pack("<iii", data.ndim, len(encoded), 0 if f32 else 1))
+                out.write(struct.pack("<iii", data.ndim, len(encoded), ttype))
                 out.write(struct.pack(f"<{data.ndim}i", *reversed(data.shape)))  # ggml: fastest dim first
                 out.write(encoded)
-                out.write(data.tobytes())
+                if ttype in (GGML_TYPE_F32, GGML_TYPE_F16):
+                    out.write(data.tobytes())
+                else:
+                    write_quantized(out, data, weight_type)
                 n_tensors += 1
+                type_counts[tname] = type_counts.get(tname, 0) + 1
         os.replace(tmp_path, out_path)
     except BaseException:
         try:
@@ -557,6 +693,7 @@ def convert(model_dir: Path, out_path: Path, log=print) -> dict:
         "multilingual": multilingual,
         "n_tokens_written": len(vocab_bytes),
         "n_tensors": n_tensors,
+        "tensor_types": type_counts,
         "ct2_dtypes": sorted(model.dtypes_seen),
         "binary_version": model.binary_version,
         "spec_revision": model.spec_revision,
@@ -567,11 +704,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Convert a CTranslate2 Whisper model directory to a whisper.cpp ggml file.")
     ap.add_argument("ct2_dir", type=Path, help="CTranslate2 model directory (model.bin, config.json, vocabulary)")
     ap.add_argument("out", type=Path, help="output ggml .bin file")
+    ap.add_argument(
+        "--type",
+        dest="weight_type",
+        choices=list(WEIGHT_TYPES),
+        default="f16",
+        help="storage of the 2-D weight matrices: f16 (default), or q8_0 / q5_0 block quantization "
+        "as whisper.cpp's quantize tool makes it",
+    )
     args = ap.parse_args(argv)
 
     start = time.monotonic()
     try:
-        info = convert(args.ct2_dir, args.out, log=lambda m: print(m, file=sys.stderr))
+        info = convert(args.ct2_dir, args.out, log=lambda m: print(m, file=sys.stderr), weight_type=args.weight_type)
     except ConversionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -582,7 +727,8 @@ def main(argv: list[str] | None = None) -> int:
     print("hparams: " + ", ".join(f"{k}={v}" for k, v in hp.items()))
     print(
         f"{'multilingual' if info['multilingual'] else 'English-only'} model; "
-        f"{info['n_tokens_written']} BPE tokens, {info['n_tensors']} tensors; "
+        f"{info['n_tokens_written']} BPE tokens, {info['n_tensors']} tensors "
+        f"({', '.join(f'{n} {t}' for t, n in sorted(info['tensor_types'].items()))}); "
         f"CTranslate2 binary v{info['binary_version']} rev {info['spec_revision']}, "
         f"dtypes {', '.join(info['ct2_dtypes'])}"
     )
