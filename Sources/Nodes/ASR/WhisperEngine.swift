@@ -74,6 +74,7 @@ public struct WhisperEngine: ASREngine {
             var sincePartial: Int64 = 0
             var voicedSincePartial = false
             var pause = PauseTracker()
+            var utteranceWallStart = ContinuousClock.now
             // A final decoded ahead, from the start of a pause in which the utterance may end: used when
             // the utterance does end with no more speech, dropped (cancelled) when speech resumes.
             var early: (samples: Int, task: Task<WhisperDecoding?, any Error>)?
@@ -81,6 +82,7 @@ public struct WhisperEngine: ASREngine {
                 switch input {
                 case .utteranceStart(let voiceID, let seq, let startMs):
                     current = (voiceID, seq, startMs)
+                    utteranceWallStart = ContinuousClock.now
                     samples.removeAll(keepingCapacity: true)
                     endMs = startMs
                     sincePartial = 0
@@ -106,8 +108,14 @@ public struct WhisperEngine: ASREngine {
                         let audio = samples
                         early = (samples.count, Task { try await pool.decode(audio, request: request, priority: .final, session: session) })
                     }
-                    // Partials use spare decoding time only: a free thread, nothing waiting.
-                    guard partials, sincePartial >= partialIntervalMs, voicedSincePartial, pool.hasFreeThread else { continue }
+                    // Partials use spare decoding time only (a free thread, nothing waiting), and only for
+                    // audio that arrives at about real time: a file read as fast as it decodes has a
+                    // listener for its finals, not for guesses on the way.
+                    let mediaMs = endMs - utterance.startMs
+                    let wall = (ContinuousClock.now - utteranceWallStart).components
+                    let wallMs = wall.seconds * 1000 + wall.attoseconds / 1_000_000_000_000_000
+                    guard partials, sincePartial >= partialIntervalMs, voicedSincePartial, mediaMs <= wallMs * 3 / 2 + 500,
+                          pool.hasFreeThread else { continue }
                     let start = partialState.state.withLock { state -> Bool in
                         if state.inFlight { return false }
                         if let ended = state.lastEnded, ContinuousClock.now - ended < state.lastCost { return false }
@@ -269,7 +277,7 @@ public struct WhisperEngine: ASREngine {
         public var model: String?
         /// `auto` or a Whisper language code; nil = `auto` (English-only models: `en`).
         public var language: String?
-        /// Threads per decoding; nil = the machine's cores, at most 4.
+        /// Threads per decoding; nil = 1.
         public var threads: Int?
         /// Beam search width; nil or 1 = greedy.
         public var beamSize: Int?
@@ -284,7 +292,7 @@ public struct WhisperEngine: ASREngine {
         public static let parameters = [
             ParamSpec("model", .path, doc: "whisper: ggml model file (default $VOICEPIPE_WHISPER_MODEL, then .deps/whisper/models/ggml-tiny.en.bin from scripts/install-whisper.sh)"),
             ParamSpec("language", .string, doc: "whisper: `auto` (detect; the default) or a language code (en, zh, de, ...); English-only models take en"),
-            ParamSpec("threads", .int(1...64), doc: "whisper: threads per decoding (default: cores, at most 4)"),
+            ParamSpec("threads", .int(1...64), doc: "whisper: threads per decoding (default 1: several utterances decode side by side on the pool's threads; more threads shorten one decoding on an idle machine, but whisper.cpp's OpenMP threads wait on each other badly when other work shares the cores)"),
             ParamSpec("beam_size", .int(1...16), doc: "whisper: beam search width for finals (default 1: greedy; partials are always greedy)"),
             ParamSpec("initial_prompt", .string, doc: "whisper: text that conditions the decoder: names, spellings, punctuation style"),
             ParamSpec("translate", .bool, doc: "whisper: translate into English instead of transcribing (multilingual models)"),
@@ -295,7 +303,7 @@ public struct WhisperEngine: ASREngine {
         public var resolvedModel: String? { WhisperFiles.model(model) }
 
         /// Threads per decoding.
-        public var resolvedThreads: Int { threads ?? min(4, max(1, ProcessInfo.processInfo.activeProcessorCount)) }
+        public var resolvedThreads: Int { threads ?? 1 }
 
         /// Missing or malformed model, unknown language, a language or translation the model cannot do.
         public func problems() -> [String] {

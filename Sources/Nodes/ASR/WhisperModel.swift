@@ -84,9 +84,6 @@ enum WhisperLibrary {
     static func load(_ variables: [String: String] = ProcessInfo.processInfo.environment) throws {
         try loaded.withLock { (state: inout String?) throws in
             if state != nil { return }
-            // OpenMP's worker threads spin between parallel regions by default, taking CPU time from
-            // the pipeline's other threads; passive waiting costs whisper.cpp nothing measurable.
-            setenv("OMP_WAIT_POLICY", "PASSIVE", 0)
             let path = WhisperFiles.library(variables)
             var message = [CChar](repeating: 0, count: 512)
             guard vp_whisper_load(path, &message, message.count) == 0 else {

@@ -202,6 +202,30 @@ struct WhisperASRTests {
                                      hypothesis: english.finalTexts.joined(separator: " ")) <= 0.1, "\(english.finalTexts)")
     }
 
+    @Test("beam_size widens the final's search and still hears every word; initial_prompt is taken")
+    func beamAndPrompt() async throws {
+        let wav = try Speech.wav(Array(Self.sentences.prefix(2)), voice: "rms")
+        for asr in ["{ type: asr, engine: whisper, model: \"\(Self.tiny)\", beam_size: 4 }",
+                    "{ type: asr, engine: whisper, model: \"\(Self.tiny)\", initial_prompt: \"Kitchen lights and the weather.\" }"] {
+            let events = try await runGraph(Self.graph(wav, asr: asr))
+            #expect(events.named("error").isEmpty, "\(asr): \(events.named("error"))")
+            #expect(Speech.wordErrorRate(reference: Self.sentences.prefix(2).joined(separator: " "),
+                                         hypothesis: events.finalTexts.joined(separator: " ")) <= 0.1, "\(asr): \(events.finalTexts)")
+        }
+    }
+
+    @Test("translate: a multilingual model gives English words for Mandarin speech")
+    func translate() async throws {
+        let raw = temporaryPath("zh-raw.wav"), zh = temporaryPath("zh.wav")
+        #expect(try shell("espeak-ng", ["-v", "cmn", "-s", "140", "-w", raw, "今天天气很好。我们明天去公园散步。"]).status == 0)
+        #expect(try shell("sox", [raw, "-r", "16000", "-c", "1", "-b", "16", zh, "pad", "0.5", "1"]).status == 0)
+        let events = try await runGraph(Self.graph(zh, asr: "{ type: asr, engine: whisper, model: \"\(Self.base)\", language: zh, translate: true }", stopMs: 600))
+        let text = events.finalTexts.joined(separator: " ")
+        let han = text.unicodeScalars.filter { (0x4E00...0x9FFF).contains($0.value) }.count
+        let latin = text.unicodeScalars.filter { ("a"..."z").contains($0) || ("A"..."Z").contains($0) }.count
+        #expect(han == 0 && latin >= 4, "translate gave \(text)")
+    }
+
     @Test("the converted weights hear what faster-whisper hears on the same CTranslate2 weights (WER between them within 2 points)")
     func matchesFasterWhisper() async throws {
         // Human recordings from Debian's pocketsphinx-testdata when present, and flite and espeak-ng speech.
