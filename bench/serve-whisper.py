@@ -393,7 +393,7 @@ def report(a, command, mem, churns, sweeps, audio_s, mem_audio_s, sentences):
          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(os.path.getmtime(a.voicepipe)))}, tree at {revision()}). "
          "One `voicepipe serve` worker per row, a fresh process each time, one `websocket` route (/ws/recognize) on "
          "pipelines/serve-whisper.yaml (`asr: { engine: whisper" + (f", {a.whisper_params}" if a.whisper_params else "") +
-         " }`, tiny.en" + ("" if a.whisper_params else f", default `decoders` and `threads`: {max(1, os.cpu_count() // min(4, os.cpu_count()))} decoder(s) of {min(4, os.cpu_count())} threads here") + ") or "
+         " }`, tiny.en" + ("" if a.whisper_params else f", default `decoders` and `threads`: {os.cpu_count()} decoder(s) of 1 thread here") + ") or "
          "pipelines/serve-recognizer.yaml (`engine: pocketsphinx`), the same VAD and slicer. "
          + " ".join(f"`{k}`: {e} with `{p}`." for k, (e, p) in VARIANTS.items() if any(r["engine"] == k for r in sweeps)), ""]
     if mem:
