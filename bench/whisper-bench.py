@@ -6,17 +6,18 @@
 
 Systems:
   1. voicepipe, `engine: whisper` (whisper.cpp in the process): Whisper tiny.en
-     (.deps/whisper/models/ggml-tiny.en.bin), threads 2, beam_size 1;
+     (.deps/whisper/models/ggml-tiny.en.bin), threads 2, beam_size 1, the engine's defaults otherwise
+     (partials, finals decoded ahead from the start of a pause), run as fast as possible and paced at
+     1x; paced once more with partial_interval_ms 10000 (no partial decodes on utterances under 10 s);
   2. faster-whisper (CTranslate2) on the same weights (.deps/whisper/ct2/tiny.en, the files the ggml
      model was converted from): cpu_threads 2, beam_size 1, compute_type float32 (what "default"
      resolves to on a CPU: CTranslate2 has no float16 there and widens the float16 weights to float32;
      int8 would change the arithmetic), timestamps on, no VAD filter, condition_on_previous_text off;
      it decodes exactly the utterances voicepipe's VAD cut (the start_ms..end_ms of each final);
-  3. voicepipe, `engine: pocketsphinx` (Debian's en-us model);
-and, paced runs only, system 1 with partial_interval_ms 10000, which leaves out the partial decodes
-(each a full Whisper encoder pass) on utterances under 10 s: what partials cost the final's latency.
+  3. voicepipe, `engine: pocketsphinx` (Debian's en-us model).
 voicepipe runs the graph of pipelines/recognizer-file.yaml (file-source, volume, vad stop_ms 350,
-slicer in utterance mode with stream delivery, asr), written out with each system's asr parameters.
+slicer in utterance mode with stream delivery, asr), written out with each system's asr parameters,
+with `--log-level debug` for whisper's per-utterance decode times.
 
 Material: bench/asr-compare.py's 14 sentences spoken by flite (voices slt and rms) and by espeak-ng
 (two voices and speeds), and the human recordings of Debian's pocketsphinx-testdata (LibriVox and
@@ -24,14 +25,16 @@ Material: bench/asr-compare.py's 14 sentences spoken by flite (voices slt and rm
 
 Figures per system and material: word error rate (case, punctuation, bracketed non-speech tags and
 numbers normalized the same way for every system: numbers in words or digits become digit
-sequences), real-time factor (decoding as fast as possible; start-up and model loading measured
-apart on 0.2 s of silence and subtracted, faster-whisper: the sum of its per-utterance decode times),
-the time from the true end of each sentence (as bench/asr-compare.py finds it) to its final with the
-audio paced at 1x, and the peak resident memory of the process. faster-whisper has no streaming
-mode: its figure is each utterance's decode time plus the same 350 ms VAD hang-over that voicepipe
-waits before an utterance ends. Also: the word error rate between the two Whisper implementations'
-transcripts (the check of the model conversion and of the engine's decoding parameters) and the
-per-utterance decode times by utterance length (whisper.cpp's encoder always processes a 30 s window).
+sequences), real-time factor and CPU time per second of audio (decoding as fast as possible;
+start-up and model loading measured apart on 0.2 s of silence and subtracted; faster-whisper: the
+sum of its per-utterance decode times), the time from the true end of each sentence (as
+bench/asr-compare.py finds it) to its final with the audio paced at 1x, and the peak resident
+memory of the process. faster-whisper has no streaming mode: its figure is each utterance's decode
+time plus the same 350 ms VAD hang-over that voicepipe waits before an utterance ends. Also: the
+word error rate between the two Whisper implementations' transcripts on the same samples (the check
+of the model conversion and of the engine's decoding parameters; finals voicepipe decoded ahead are
+left out, as their audio is shorter), and the per-utterance decode times by utterance length
+(whisper.cpp's encoder always processes a 30 s window).
 
 The faster-whisper part runs in .deps/venv's python (scripts/install-python-deps.sh); without
 .deps/whisper (scripts/install-whisper.sh) the benchmark says so and exits 0.
@@ -57,7 +60,7 @@ SYSTEMS = [
     ("whisper", "voicepipe whisper (whisper.cpp)"),
     ("faster", "faster-whisper (CTranslate2)"),
     ("pocketsphinx", "voicepipe pocketsphinx"),
-    ("whisper-np", f"voicepipe whisper, partial_interval_ms {QUIET_MS} (paced runs only)"),
+    ("whisper-np", f"voicepipe whisper, partial_interval_ms {QUIET_MS}, paced runs only"),
 ]
 
 
@@ -132,7 +135,7 @@ class ChildFailed(Exception):
 
 
 def child(args, env=None, timeout=600):
-    """Runs args to the end: (stdout, wall seconds, CPU seconds, peak RSS in KiB). Killed after `timeout` seconds."""
+    """Runs args to the end: (stdout, stderr, wall seconds, CPU seconds, peak RSS in KiB). Killed after `timeout` s."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
         p = subprocess.Popen(args, stdout=out, stderr=err, cwd=ROOT, env=env)
@@ -149,7 +152,7 @@ def child(args, env=None, timeout=600):
     if p.returncode != 0:
         why = f"killed after {timeout:.0f} s" if wall >= timeout else f"exit status {p.returncode}"
         raise ChildFailed(f"`{' '.join(shlex.quote(a) for a in args)}`: {why}; stderr: {stderr.strip()[-600:]}")
-    return stdout, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    return stdout, stderr, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
 # --- material ------------------------------------------------------------------------------------
@@ -205,6 +208,9 @@ def materials(ac, tmp, smoke):
 
 # --- systems -------------------------------------------------------------------------------------
 
+DECODED = re.compile(r"whisper: utterance (\S+): (\d+) ms decoded in (\d+) ms( \(ahead\))?")
+
+
 def graph(tmp, system):
     """pipelines/recognizer-file.yaml's graph with the system's recognizer; the file comes from $INPUT."""
     asr = (f"engine: whisper, model: \"{GGML_MODEL}\", threads: {THREADS}, beam_size: 1" if system.startswith("whisper")
@@ -230,11 +236,17 @@ links:
     return path
 
 
-def voicepipe(vp, graphs, wav, realtime, system, timeout):
-    """(events, wall s, CPU s, peak RSS KiB) of one run on `wav`, as fast as possible or paced at 1x."""
-    args = [vp, "run", graphs[system], "--quiet", "--set", f"mic.realtime={'true' if realtime else 'false'}"]
-    out, wall, cpu, rss = child(args, env={**os.environ, "INPUT": wav}, timeout=timeout)
-    return [json.loads(l) for l in out.splitlines() if l.startswith("{")], wall, cpu, rss
+def voicepipe(vp, graph_path, wav, realtime, timeout):
+    """One run on `wav`, as fast as possible or paced at 1x: a dict of the run's events, finals, the
+    speech_end events, whisper's per-utterance decodings (from its debug log), wall and CPU seconds, peak RSS."""
+    args = [vp, "run", graph_path, "--quiet", "--log-level", "debug", "--set", f"mic.realtime={'true' if realtime else 'false'}"]
+    out, err, wall, cpu, rss = child(args, env={**os.environ, "INPUT": wav}, timeout=timeout)
+    events = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    finals = [e for e in events if e.get("event") == "transcript" and e.get("final")]
+    decoded = {m.group(1): dict(audio_ms=int(m.group(2)), decode_s=int(m.group(3)) / 1000, ahead=bool(m.group(4)))
+               for m in DECODED.finditer(err)}
+    return dict(events=events, finals=finals, ends=[e for e in events if e.get("event") == "speech_end"],
+                decoded=[decoded.get(f.get("voice_id")) for f in finals], wall=wall, cpu=cpu, rss=rss)
 
 
 def anomalies(events, label):
@@ -273,7 +285,7 @@ def faster_whisper(python, wav, spans, timeout):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
     try:
-        out, wall, cpu, rss = child([python, os.path.abspath(__file__), "--faster-whisper-job", f.name], timeout=timeout)
+        out, _, _, _, rss = child([python, os.path.abspath(__file__), "--faster-whisper-job", f.name], timeout=timeout)
     finally:
         os.unlink(f.name)
     return json.loads(out), rss
@@ -330,6 +342,85 @@ def ms(xs, how="median"):
     return f"{(statistics.median(xs) if how == 'median' else max(xs)) * 1000:.0f}"
 
 
+def describe_build(vp):
+    """The binary and the source it was probably built from."""
+    kind = "release build" if "release" in vp else "debug build (the decoding itself is the prebuilt, optimized libwhisper and libpocketsphinx)"
+    shown = os.path.relpath(vp, ROOT) if vp.startswith(ROOT + "/") else vp
+    try:
+        built = datetime.datetime.fromtimestamp(os.path.getmtime(vp)).strftime("%Y-%m-%d %H:%M")
+        head = subprocess.run(["git", "log", "-1", "--format=%h %cd", "--date=format:%Y-%m-%d %H:%M"], cwd=ROOT,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "Sources", "Package.swift"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return f"{kind} `{shown}` built {built}; source at commit {head}" + (" with uncommitted changes under Sources" if dirty else "")
+    except OSError:
+        return f"{kind} `{shown}`"
+
+
+def run_material(m, ac, vp, python, graphs, loads, problems, failures):
+    """All systems on one material: a dict per system."""
+    key, audio_s = m["key"], m["audio_s"]
+    timeout = 120 + 6 * audio_s
+    res = {s: {} for s, _ in SYSTEMS}
+
+    # voicepipe as fast as possible: transcripts, RTF, CPU, memory; whisper's utterances and decodings.
+    for system in ("whisper", "pocketsphinx"):
+        try:
+            run = voicepipe(vp, graphs[system], m["wav"], False, timeout)
+        except ChildFailed as e:
+            failures.append(f"{system} {key}: {e}")
+            continue
+        problems += anomalies(run["events"], f"{system} {key} (as fast as possible)")
+        r = res[system]
+        r.update(texts=[e.get("text", "") for e in run["finals"]], rss=run["rss"],
+                 rtf=max(0.0, run["wall"] - loads[system][0]) / audio_s, cpu=max(0.0, run["cpu"] - loads[system][1]) / audio_s)
+        if system == "whisper":
+            r["spans"] = [(e["start_ms"], e["end_ms"]) for e in run["finals"]]
+            r["decoded"] = run["decoded"]
+            if any(d is None for d in run["decoded"]):
+                problems.append(f"whisper {key}: no decoding logged for {sum(d is None for d in run['decoded'])} final(s)")
+
+    # faster-whisper on the same utterances (voicepipe's start_ms..end_ms).
+    w = res["whisper"]
+    if "spans" in w:
+        try:
+            job, rss = faster_whisper(python, m["wav"], w["spans"], timeout)
+            dec = [u["decode_s"] for u in job["utterances"]]
+            res["faster"].update(texts=[u["text"] for u in job["utterances"]], rss=rss, decode=dec,
+                                 utt_s=[(b - a) / 1000 for a, b in w["spans"]], rtf=sum(dec) / audio_s,
+                                 cpu=sum(u["cpu_s"] for u in job["utterances"]) / audio_s,
+                                 lat=[d + STOP_MS / 1000 for d in dec], load=job["load_s"], encoder=job["encoder_s"])
+        except (ChildFailed, ValueError, KeyError) as e:
+            failures.append(f"faster-whisper {key}: {e}")
+
+    # Paced at 1x: the true end of each sentence to its final; whisper's decode times in real use.
+    for system in ("whisper", "whisper-np", "pocketsphinx"):
+        if "texts" not in res["pocketsphinx" if system == "pocketsphinx" else "whisper"]:
+            continue
+        try:
+            run = voicepipe(vp, graphs[system], m["wav"], True, timeout + audio_s)
+        except ChildFailed as e:
+            failures.append(f"{system} {key} paced: {e}")
+            continue
+        problems += anomalies(run["events"], f"{system} {key} (paced at 1x)")
+        r = res[system]
+        r["rss"] = max(r.get("rss", 0), run["rss"])
+        r["paced_cpu"] = run["cpu"] / audio_s
+        r["paced_texts"] = [e.get("text", "") for e in run["finals"]]
+        r["lat"] = ac.latencies([(e["ts"], e["text"]) for e in run["finals"] if e.get("text")], m["ends"])
+        r["partials"] = sum(1 for e in run["events"] if e.get("event") == "transcript" and not e.get("final"))
+        r["paced_decoded"] = run["decoded"]
+        r["paced_utt_s"] = [(e["end_ms"] - e["start_ms"]) / 1000 for e in run["finals"]]
+        if len(run["ends"]) == len(run["finals"]):
+            r["vad_final"] = [f["ts"] - e["ts"] for f, e in zip(run["finals"], run["ends"])]
+        else:
+            problems.append(f"{system} {key} paced: {len(run['ends'])} speech_end events, {len(run['finals'])} finals")
+        fast = res["pocketsphinx" if system == "pocketsphinx" else "whisper"]["texts"]
+        if len(run["finals"]) != len(fast):
+            problems.append(f"{system} {key}: {len(fast)} utterances as fast as possible, {len(run['finals'])} paced at 1x")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description="voicepipe's whisper engine against faster-whisper (same weights) and pocketsphinx")
     ap.add_argument("--voicepipe", default=".build-release/release/voicepipe")
@@ -342,7 +433,7 @@ def main():
         return faster_whisper_job(a.faster_whisper_job)
     missing = [p for p in (os.path.join(WHISPER_DIR, "lib/libwhisper.so.1"), GGML_MODEL, CT2_MODEL) if not os.path.exists(p)]
     if missing:
-        print(f"whisper-bench: skipped: {', '.join(os.path.relpath(p, ROOT) for p in missing)} missing (scripts/install-whisper.sh installs them)")
+        print(f"whisper-bench: skipped: {', '.join(missing)} missing (scripts/install-whisper.sh installs them)")
         return 0
     if not os.path.exists(a.python):
         print(f"whisper-bench: skipped: no {a.python} with faster-whisper (scripts/install-python-deps.sh installs it)")
@@ -351,110 +442,33 @@ def main():
     out_path = a.out or os.path.join(ROOT, "bench/out/whisper.md" if a.smoke else "bench/results/whisper.md")
     command = "bench/whisper-bench.py" + "".join(" " + shlex.quote(x) for x in sys.argv[1:])
     ac = load_compare()
-    problems, failures = [], []
-    results = {s: {} for s, _ in SYSTEMS}
-    loads = {}
-    stall0 = cpu_stall()
+    problems, failures, results, loads = [], [], {}, {}
+    stall0, started = cpu_stall(), datetime.datetime.now()
 
     with tempfile.TemporaryDirectory(prefix="whisper-bench-") as tmp:
         sets = materials(ac, tmp, a.smoke)
-        graphs = {system: graph(tmp, system) for system in ("whisper", "pocketsphinx", "whisper-np")}
+        graphs = {system: graph(tmp, system) for system in ("whisper", "whisper-np", "pocketsphinx")}
         silence = f"{tmp}/silence.wav"
         ac.write(silence, [0] * (RATE // 5))
         for system in ("whisper", "pocketsphinx"):
             runs = []
             for _ in range(1 if a.smoke else 3):
                 try:
-                    runs.append(voicepipe(vp, graphs, silence, False, system, 120)[1:3])
+                    runs.append(voicepipe(vp, graphs[system], silence, False, 120))
                 except ChildFailed as e:
                     failures.append(f"{system} start-up: {e}")
-            loads[system] = (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)) if runs else (0.0, 0.0)
-
+            loads[system] = ((statistics.median(r["wall"] for r in runs), statistics.median(r["cpu"] for r in runs))
+                             if runs else (0.0, 0.0))
         for m in sets:
-            key, audio_s = m["key"], m["audio_s"]
-            timeout = 120 + 6 * audio_s
+            results[m["key"]] = res = run_material(m, ac, vp, a.python, graphs, loads, problems, failures)
             refs = " ".join(m["refs"])
-            # 1. voicepipe whisper, as fast as possible: transcripts, the utterances' spans, RTF.
-            r = results["whisper"][key] = {}
-            spans = None
-            try:
-                events, wall, cpu, rss = voicepipe(vp, graphs, m["wav"], False, "whisper", timeout)
-                problems += anomalies(events, f"whisper {key} (as fast as possible)")
-                finals = [e for e in events if e.get("event") == "transcript" and e.get("final")]
-                spans = [(e["start_ms"], e["end_ms"]) for e in finals]
-                r.update(texts=[e.get("text", "") for e in finals], rss=rss, utt_s=[(b - s) / 1000 for s, b in spans],
-                         rtf=max(0.0, wall - loads["whisper"][0]) / audio_s, cpu=max(0.0, cpu - loads["whisper"][1]) / audio_s)
-            except ChildFailed as e:
-                failures.append(f"whisper {key}: {e}")
-            # 2. faster-whisper on the same utterances.
-            f = results["faster"][key] = {}
-            if spans is not None:
-                try:
-                    job, rss = faster_whisper(a.python, m["wav"], spans, timeout)
-                    dec = [u["decode_s"] for u in job["utterances"]]
-                    f.update(texts=[u["text"] for u in job["utterances"]], rss=rss, decode=dec, utt_s=r["utt_s"],
-                             rtf=sum(dec) / audio_s, cpu=sum(u["cpu_s"] for u in job["utterances"]) / audio_s,
-                             lat=[d + STOP_MS / 1000 for d in dec], load=job["load_s"], encoder=job["encoder_s"])
-                except (ChildFailed, ValueError, KeyError) as e:
-                    failures.append(f"faster-whisper {key}: {e}")
-            # 3. pocketsphinx, as fast as possible.
-            p = results["pocketsphinx"][key] = {}
-            try:
-                events, wall, cpu, rss = voicepipe(vp, graphs, m["wav"], False, "pocketsphinx", timeout)
-                problems += anomalies(events, f"pocketsphinx {key} (as fast as possible)")
-                finals = [e for e in events if e.get("event") == "transcript" and e.get("final")]
-                p.update(texts=[e.get("text", "") for e in finals], rss=rss,
-                         rtf=max(0.0, wall - loads["pocketsphinx"][0]) / audio_s, cpu=max(0.0, cpu - loads["pocketsphinx"][1]) / audio_s)
-            except ChildFailed as e:
-                failures.append(f"pocketsphinx {key}: {e}")
-            # Paced at 1x: the end of each sentence to its final; the VAD's speech_end to the final.
-            results["whisper-np"][key] = {}
-            for system in ("whisper", "pocketsphinx", "whisper-np"):
-                r = results[system][key]
-                fast = results["whisper" if system == "whisper-np" else system][key]
-                if "texts" not in fast:
-                    continue
-                try:
-                    events, wall, cpu, rss = voicepipe(vp, graphs, m["wav"], True, system, timeout + audio_s)
-                except ChildFailed as e:
-                    failures.append(f"{system} {key} paced: {e}")
-                    continue
-                problems += anomalies(events, f"{system} {key} (paced at 1x)")
-                finals = [e for e in events if e.get("event") == "transcript" and e.get("final")]
-                ends = [e for e in events if e.get("event") == "speech_end"]
-                r["rss"] = max(r.get("rss", 0), rss)
-                r["paced_cpu"] = cpu / audio_s
-                r["lat"] = ac.latencies([(e["ts"], e["text"]) for e in finals if e.get("text")], m["ends"])
-                r["partials"] = sum(1 for e in events if e.get("event") == "transcript" and not e.get("final"))
-                r["paced_texts"] = [e.get("text", "") for e in finals]
-                if system == "whisper-np":
-                    r["texts"] = r["paced_texts"]
-                elif len(finals) != len(fast["texts"]):
-                    problems.append(f"{system} {key}: {len(fast['texts'])} utterances as fast as possible, {len(finals)} paced at 1x")
-                if len(ends) == len(finals):
-                    r["vad_final"] = [f_["ts"] - e["ts"] for f_, e in zip(finals, ends)]
-                    r["vad_utt_s"] = [(f_["end_ms"] - f_["start_ms"]) / 1000 for f_ in finals]
-                else:
-                    problems.append(f"{system} {key} paced: {len(ends)} speech_end events, {len(finals)} finals")
-            for system, _ in SYSTEMS:
-                r = results[system][key]
-                if "texts" in r:
-                    r["hyp"] = " ".join(t for t in r["texts"] if t)
-                    r["wer"] = error_rate(refs, r["hyp"])
-                    r["ref_words"] = len(normalize(refs))
-            w = results["whisper"][key]
-            if "paced_texts" in w and [normalize(t) for t in w["paced_texts"]] != [normalize(t) for t in w["texts"]]:
-                problems.append(f"whisper {key}: the paced run's transcripts differ from the fast run's: "
-                                + " / ".join(w["paced_texts"]))
-            line = f"{key:>16}: " + "; ".join(
-                f"{s} WER {results[s][key]['wer']:.3f} RTF {results[s][key]['rtf']:.3f}"
-                + (f" latency {ms(results[s][key].get('lat', []))} ms" if results[s][key].get("lat") else "")
-                for s, _ in SYSTEMS if "rtf" in results[s][key])
-            print(line, flush=True)
+            line = [f"{s} WER {error_rate(refs, ' '.join(res[s]['texts'])):.3f}" + (f" latency {ms(res[s]['lat'])} ms" if res[s].get("lat") else "")
+                    for s, _ in SYSTEMS if "texts" in res[s] and s != "whisper-np"]
+            print(f"{m['key']:>16}: " + "; ".join(line), flush=True)
 
     stall1 = cpu_stall()
     stalled = (stall1[1] - stall0[1]) / 1e6 / (stall1[0] - stall0[0]) if stall0 and stall1 else None
-    report = render(a, command, vp, sets, results, loads, problems, failures, stalled)
+    report = render(a, command, describe_build(vp), started, sets, results, loads, problems, failures, stalled)
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path, "w") as fh:
         fh.write(report)
@@ -464,30 +478,31 @@ def main():
     return 1 if failures else 0
 
 
-def render(a, command, vp, sets, results, loads, problems, failures, stalled):
+def render(a, command, build, started, sets, results, loads, problems, failures, stalled):
     keys = [m["key"] for m in sets]
     synthetic = [m["key"] for m in sets if m["synthetic"]]
-    build = "release build" if "release" in vp else "debug build (the decoding itself is the prebuilt, optimized libwhisper and libpocketsphinx)"
     names = dict(SYSTEMS)
+    get = lambda s, k, field, default=None: results[k][s].get(field, default)  # noqa: E731
     L = []
     L.append("# Whisper in voicepipe against faster-whisper (same weights) and pocketsphinx")
     L.append("")
-    L.append(f"Command: `{command}` ({build}: `{os.path.relpath(vp, ROOT) if vp.startswith(ROOT) else vp}`), "
-             f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}." + (" Smoke run: two sentences, one voice; the figures mean nothing." if a.smoke else ""))
+    L.append(f"Command: `{command}`, {started.strftime('%Y-%m-%d %H:%M')}; {build}."
+             + (" Smoke run: two sentences, one voice; the figures mean nothing." if a.smoke else ""))
     L.append(f"Machine: {os.cpu_count()} cores, shared with other jobs while measured: compare the ratios between systems in this run, "
              "not the absolute figures"
              + (f" (some task waited for a CPU {stalled * 100:.0f}% of the run's time, /proc/pressure/cpu)." if stalled is not None else "."))
     L.append("")
-    L.append("Systems: voicepipe `engine: whisper` (whisper.cpp, in the process; partials every 300 ms, the default) with Whisper tiny.en "
-             f"(`.deps/whisper/models/ggml-tiny.en.bin`), threads {THREADS}, beam_size 1; faster-whisper "
+    L.append("Systems: voicepipe `engine: whisper` (whisper.cpp in the process, its default partials and finals decoded ahead) "
+             f"with Whisper tiny.en (`.deps/whisper/models/ggml-tiny.en.bin`), threads {THREADS}, beam_size 1; the same with "
+             f"partial_interval_ms {QUIET_MS}, paced runs only (no partial decodes on utterances under 10 s); faster-whisper "
              f"(CTranslate2) on the same weights (`.deps/whisper/ct2/tiny.en`, the files the ggml model is converted from), "
              f"cpu_threads {THREADS}, beam_size 1, compute_type float32 (what `default` resolves to on this CPU: CTranslate2 "
              "has no float16 there and widens the float16 weights), timestamps on, no VAD filter, condition_on_previous_text off, "
              "no word timestamps (its word alignment is an extra pass; voicepipe's word times come from whisper.cpp's token "
-             "times at no cost), decoding exactly the utterances voicepipe's VAD cut; voicepipe `engine: pocketsphinx` "
-             f"(Debian's en-us model); and, paced runs only, the first with partial_interval_ms {QUIET_MS}, which leaves out "
-             "the partial decodes on utterances under 10 s. voicepipe runs the graph of `pipelines/recognizer-file.yaml` "
-             f"(file-source, volume, vad stop_ms {STOP_MS}, slicer with stream delivery, asr) with each system's asr parameters.")
+             "times at no cost), decoding exactly the utterances voicepipe's VAD cut (each final's start_ms..end_ms of the "
+             "as-fast-as-possible run); voicepipe `engine: pocketsphinx` (Debian's en-us model). voicepipe runs the graph of "
+             f"`pipelines/recognizer-file.yaml` (file-source, volume, vad stop_ms {STOP_MS}, slicer with stream delivery, asr) "
+             "with each system's asr parameters, `--log-level debug` for whisper's per-utterance decode times.")
     L.append("")
     L.append("Material (made at run time, nothing downloaded), each set joined with 1 s of silence between clips:")
     for m in sets:
@@ -497,52 +512,59 @@ def render(a, command, vp, sets, results, loads, problems, failures, stalled):
              "all systems (numbers, spelled or in digits, become digit sequences: \"ten\", \"10\" → 1 0; "
              "\"one two three four\", \"1234\", \"1-2-3-4\" → 1 2 3 4; Mr. → mister).")
     L.append("")
+
     L.append("## Word error rate")
     L.append("")
+    rows = [("voicepipe whisper, as fast as possible", "whisper", "texts"), ("voicepipe whisper, paced at 1x", "whisper", "paced_texts"),
+            (f"voicepipe whisper, paced, partial_interval_ms {QUIET_MS}", "whisper-np", "paced_texts"),
+            ("faster-whisper, same utterances", "faster", "texts"), ("voicepipe pocketsphinx", "pocketsphinx", "texts")]
     L.append("| system | " + " | ".join(keys) + " | all |")
     L.append("|---|" + "---:|" * (len(keys) + 1))
-    for s, label in SYSTEMS:
-        cells, errs, total = [], 0.0, 0
-        for k in keys:
-            r = results[s].get(k, {})
-            if "wer" in r:
-                cells.append(f"{r['wer']:.3f}")
-                errs += r["wer"] * r["ref_words"]; total += r["ref_words"]
-            else:
+    for label, s, field in rows:
+        cells, errs, total = [], 0, 0
+        for m in sets:
+            texts = get(s, m["key"], field)
+            if texts is None:
                 cells.append("failed")
-        allw = f"{errs / total:.3f}" if total and "failed" not in cells else "—"
-        L.append(f"| {label} | " + " | ".join(cells) + f" | {allw} |")
+                continue
+            ref = normalize(" ".join(m["refs"]))
+            e = edit_distance(ref, normalize(" ".join(texts)))
+            cells.append(f"{e / len(ref):.3f}")
+            errs += e; total += len(ref)
+        L.append(f"| {label} | " + " | ".join(cells) + f" | {errs / total:.3f} |" if total and "failed" not in cells else
+                 f"| {label} | " + " | ".join(cells) + " | — |")
     L.append("")
 
     L.append("## Speed, latency, memory")
     L.append("")
     L.append("RTF: decoding time over audio time, as fast as possible (voicepipe: wall time minus the start-up and "
              "model load measured apart on 0.2 s of silence; faster-whisper: the sum of its per-utterance decode times, "
-             "model load apart). CPU: CPU seconds (all threads) per second of audio, the same way; on a shared machine it "
-             "moves less than wall time. End of sentence → final: from the true end of each sentence (the clean clip's last "
-             "10 ms frame within 40 dB of its peak) to its final, audio paced at 1x (file-source realtime); faster-whisper "
-             f"has no streaming mode, so its figure is each utterance's decode time plus the same {STOP_MS} ms VAD "
-             "hang-over. Peak memory: the process's maximum resident set (getrusage of the child; voicepipe: the larger of "
-             "the fast and the paced run).")
+             "model load apart). CPU: CPU seconds (all threads) per second of audio, the same way, and in brackets for the "
+             "whole paced run. End of sentence → final: from the true end of each sentence (the clean clip's last 10 ms "
+             "frame within 40 dB of its peak) to its final, audio paced at 1x (file-source realtime); faster-whisper has no "
+             f"streaming mode, so its figure is each utterance's decode time plus the same {STOP_MS} ms VAD hang-over. "
+             "Peak memory: the process's maximum resident set (getrusage of the child; voicepipe: the larger of the fast and "
+             "the paced run).")
     L.append("")
     L.append("| system | RTF | CPU s per audio s (paced) | start-up + model load s | end of sentence → final, synthetic: median / p90 / max ms | human: median / max ms | peak RSS MiB |")
     L.append("|---|---:|---:|---:|---:|---:|---:|")
-    for s, label in SYSTEMS:
-        done = [m for m in sets if "texts" in results[s].get(m["key"], {})]
+    for s in ("whisper", "whisper-np", "faster", "pocketsphinx"):
+        label = names[s]
+        done = [m for m in sets if results[m["key"]][s]]
         if not done:
             L.append(f"| {label} | failed | | | | | |")
             continue
 
-        def weighted(field, ms_=done):
-            ms_ = [m for m in ms_ if field in results[s][m["key"]]]
-            return sum(results[s][m["key"]][field] * m["audio_s"] for m in ms_) / sum(m["audio_s"] for m in ms_) if ms_ else None
+        def weighted(field):
+            ms_ = [m for m in done if field in results[m["key"]][s]]
+            return sum(get(s, m["key"], field) * m["audio_s"] for m in ms_) / sum(m["audio_s"] for m in ms_) if ms_ else None
         rtf, cpu, pcpu = weighted("rtf"), weighted("cpu"), weighted("paced_cpu")
-        cpu_s = " ".join(x for x in (f"{cpu:.3f}" if cpu is not None else "—", f"({pcpu:.3f})" if pcpu is not None else "") if x)
-        lat = [x for k in synthetic for x in results[s].get(k, {}).get("lat", [])]
-        hlat = results[s].get("human", {}).get("lat", [])
-        load = (f"{statistics.median(results[s][m['key']]['load'] for m in done):.2f} (model only)" if s == "faster"
-                else f"{loads[s][0]:.2f}" if s in loads else "—")
-        rss = [results[s][m["key"]]["rss"] for m in done if "rss" in results[s][m["key"]]]
+        cpu_s = (f"{cpu:.3f}" if cpu is not None else "—") + (f" ({pcpu:.3f})" if pcpu is not None else "")
+        lat = [x for k in synthetic for x in get(s, k, "lat", [])]
+        hlat = get(s, "human", "lat", []) if "human" in results else []
+        load = (f"{statistics.median(get(s, m['key'], 'load') for m in done if get(s, m['key'], 'load') is not None):.2f} (model only)"
+                if s == "faster" else f"{loads[s][0]:.2f}" if s in loads else "—")
+        rss = [get(s, m["key"], "rss") for m in done if get(s, m["key"], "rss")]
         p90 = f"{pct(lat, 0.9) * 1000:.0f}" if lat else "—"
         L.append(f"| {label} | {f'{rtf:.3f}' if rtf is not None else '—'} | {cpu_s} | {load} | {ms(lat)} / {p90} / {ms(lat, 'max')} | "
                  f"{ms(hlat)} / {ms(hlat, 'max')} | {f'{max(rss) / 1024:.0f}' if rss else '—'} |")
@@ -551,38 +573,36 @@ def render(a, command, vp, sets, results, loads, problems, failures, stalled):
     # Goals.
     L.append("## Goals")
     L.append("")
-    pairs_ref, pairs_hyp, same, n = [], [], 0, 0
-    diffs = []
+    compared, excluded, same, diffs = [], 0, 0, []
     for k in keys:
-        w, f = results["whisper"].get(k, {}), results["faster"].get(k, {})
-        if "texts" in w and "texts" in f:
-            for i, (tw, tf) in enumerate(zip(w["texts"], f["texts"])):
-                n += 1
-                pairs_ref.append(tf); pairs_hyp.append(tw)
-                if normalize(tw) == normalize(tf):
-                    same += 1
-                else:
-                    diffs.append((k, i, tf, tw))
-    if n:
-        conv = error_rate(" ".join(pairs_ref), " ".join(pairs_hyp))
-        per = []
-        for k in keys:
-            w, f = results["whisper"].get(k, {}), results["faster"].get(k, {})
-            if "texts" in w and "texts" in f:
-                per.append(f"{k} {error_rate(' '.join(f['texts']), ' '.join(w['texts'])):.3f}")
-        L.append(f"- Conversion check, WER of voicepipe-whisper's transcripts against faster-whisper's on the same utterances: "
+        w, f = results[k]["whisper"], results[k]["faster"]
+        if "texts" not in w or "texts" not in f:
+            continue
+        for i, (tw, tf, d) in enumerate(zip(w["texts"], f["texts"], w["decoded"])):
+            if d is None or d["ahead"]:
+                excluded += 1
+                continue
+            compared.append((tf, tw))
+            if normalize(tw) == normalize(tf):
+                same += 1
+            else:
+                diffs.append((k, i, tf, tw))
+    if compared:
+        ref = [w for tf, _ in compared for w in normalize(tf)]
+        conv = edit_distance(ref, [w for _, tw in compared for w in normalize(tw)]) / max(1, len(ref))
+        L.append(f"- Conversion check, WER of voicepipe-whisper's transcripts against faster-whisper's on the same samples: "
                  f"**{conv:.3f}** ({conv * 100:.1f} points; goal within 2 points: {'met' if conv <= 0.02 else 'NOT met'}); "
-                 f"{same} of {n} utterances word for word the same. Per material: {', '.join(per)}.")
-    lat = [x for k in synthetic for x in results["whisper"].get(k, {}).get("lat", [])]
-    np_lat = [x for k in synthetic for x in results["whisper-np"].get(k, {}).get("lat", [])]
+                 f"{same} of {len(compared)} utterances word for word the same. Left out: {excluded} utterance(s) whose final "
+                 "voicepipe decoded ahead, from the start of the pause (a shorter stretch of audio, whose length voicepipe does not report).")
+    lat = [x for k in synthetic for x in get("whisper", k, "lat", [])]
+    np_lat = [x for k in synthetic for x in get("whisper-np", k, "lat", [])]
     lengths = [x for m in sets if m["synthetic"] for x in m["lengths"]]
     if lat:
         med = statistics.median(lat)
         L.append(f"- voicepipe whisper, end of sentence → final on the synthetic sentences (median length "
                  f"{statistics.median(lengths):.1f} s, {min(lengths):.1f}–{max(lengths):.1f} s): median **{med * 1000:.0f} ms** "
                  f"over {len(lat)} sentences (goal ≤ 500 ms: {'met' if med <= 0.5 else 'NOT met'})"
-                 + (f"; with partial_interval_ms {QUIET_MS} (no partial decodes on these sentences): "
-                    f"{statistics.median(np_lat) * 1000:.0f} ms." if np_lat else "."))
+                 + (f"; with partial_interval_ms {QUIET_MS}: {statistics.median(np_lat) * 1000:.0f} ms." if np_lat else "."))
     L.append("")
     if diffs:
         L.append("Utterances where the two Whisper implementations differ (normalized words):")
@@ -592,44 +612,82 @@ def render(a, command, vp, sets, results, loads, problems, failures, stalled):
         for k, i, tf, tw in diffs:
             L.append(f"| {k} | {i + 1} | {tf or '(nothing)'} | {tw or '(nothing)'} |")
         L.append("")
+    changed = []
+    for k in keys:
+        w = results[k]["whisper"]
+        for i, (a_, b_) in enumerate(zip(w.get("texts", []), w.get("paced_texts", []))):
+            if normalize(a_) != normalize(b_):
+                changed.append(f"{k} #{i + 1}: \"{a_}\" as fast as possible, \"{b_}\" paced")
+    if changed:
+        L.append(f"voicepipe whisper's finals differ between the as-fast-as-possible and the paced run on {len(changed)} "
+                 "utterance(s) of identical audio; a final decoded ahead (from the start of the pause, when a decoder is free: "
+                 "nearly always when paced, rarely when the file is read as fast as possible) sees a shorter stretch of audio: "
+                 + "; ".join(changed) + ".")
+        L.append("")
 
     # Decode time per utterance.
     L.append("## Decode time per utterance")
     L.append("")
     L.append("whisper.cpp's encoder (like Whisper's) always processes a 30 s window, however short the utterance, so a "
              "decode costs about the same for 1 s as for 5 s of speech; a smaller `audio_ctx` (not implemented) would cut the "
-             "encoder's share. voicepipe: the VAD's speech_end event to the final, paced at 1x: the decode, plus, with "
-             f"partials, the wait for the partial decode it aborts (with partial_interval_ms {QUIET_MS} there is none on "
-             "utterances under 10 s, so that row is whisper.cpp's decode time in the pipeline); faster-whisper: "
-             "`transcribe()` per utterance. Count of utterances in brackets.")
+             "encoder's share. whisper.cpp: the decode times voicepipe logs (`--log-level debug`: the decoding itself, not "
+             "the wait for a decoder thread); faster-whisper: `transcribe()` per utterance; speech_end → final: from the VAD's "
+             "speech_end event to the final in the paced run (a final decoded ahead can come before its speech_end event). "
+             "Columns: utterance length (start_ms..end_ms, with the slicer's pre-roll and the VAD hang-over); count in brackets.")
     L.append("")
     buckets = [(0, 2), (2, 3), (3, 4.5), (4.5, 1e9)]
-    L.append("| system | all: median / max ms | " + " | ".join(
+    L.append("| figure | all: median / max ms | " + " | ".join(
         f"{lo:g}–{hi:g} s" if hi < 1e9 else f"≥ {lo:g} s" for lo, hi in buckets) + " |")
     L.append("|---|---:|" + "---:|" * len(buckets))
-    for s, src, lens in (("whisper", "vad_final", "vad_utt_s"), ("whisper-np", "vad_final", "vad_utt_s"), ("faster", "decode", "utt_s"),
-                         ("pocketsphinx", "vad_final", "vad_utt_s")):
+
+    def series(s, values, lengths):
         xs, ls = [], []
         for k in keys:
-            r = results[s].get(k, {})
-            xs += r.get(src, []); ls += r.get(lens, [])
+            v, le = get(s, k, values, []), get(s, k, lengths, [])
+            for x, l in zip(v, le):
+                if x is not None:
+                    xs.append(x); ls.append(l)
+        return xs, ls
+
+    for k in keys:
+        for s in ("whisper", "whisper-np"):
+            r = results[k][s]
+            if "decoded" in r:
+                r["decode_fast"] = [d["decode_s"] if d else None for d in r["decoded"]]
+                r["fast_utt_s"] = [(b - a) / 1000 for a, b in r["spans"]]
+            if "paced_decoded" in r:
+                r["decode_paced"] = [d["decode_s"] if d else None for d in r["paced_decoded"]]
+    figures = [("whisper.cpp decode, as fast as possible", "whisper", "decode_fast", "fast_utt_s"),
+               ("whisper.cpp decode, paced", "whisper", "decode_paced", "paced_utt_s"),
+               (f"whisper.cpp decode, paced, partial_interval_ms {QUIET_MS}", "whisper-np", "decode_paced", "paced_utt_s"),
+               ("faster-whisper `transcribe()`", "faster", "decode", "utt_s"),
+               ("voicepipe whisper: speech_end → final, paced", "whisper", "vad_final", "paced_utt_s"),
+               (f"voicepipe whisper, partial_interval_ms {QUIET_MS}: speech_end → final", "whisper-np", "vad_final", "paced_utt_s"),
+               ("voicepipe pocketsphinx: speech_end → final, paced", "pocketsphinx", "vad_final", "paced_utt_s")]
+    for label, s, values, lengths in figures:
+        xs, ls = series(s, values, lengths)
         if not xs:
             continue
         cells = []
         for lo, hi in buckets:
             b = [x for x, l in zip(xs, ls) if lo <= l < hi]
             cells.append(f"{ms(b)} ({len(b)})" if b else "—")
-        L.append(f"| {names[s]} | {ms(xs)} / {ms(xs, 'max')} | " + " | ".join(cells) + " |")
-    enc = [results["faster"][k]["encoder"] for k in keys if "encoder" in results["faster"].get(k, {})]
+        L.append(f"| {label} | {ms(xs)} / {ms(xs, 'max')} | " + " | ".join(cells) + " |")
+    L.append("")
+    enc = [get("faster", k, "encoder") for k in keys if get("faster", k, "encoder") is not None]
     if enc:
-        L.append("")
-        L.append(f"Utterance lengths include the slicer's pre-roll and the VAD hang-over. faster-whisper's encoder alone on one "
-                 f"30 s window: {statistics.median(enc) * 1000:.0f} ms (median over the runs), the floor of every utterance's decode.")
-    partials = [results["whisper"][k].get("partials", 0) for k in keys if "partials" in results["whisper"].get(k, {})]
-    utts = sum(len(results["whisper"][k].get("paced_texts", [])) for k in keys)
-    if partials:
-        L.append(f"voicepipe whisper emitted {sum(partials)} partial transcripts for {utts} utterances in the paced runs; every "
-                 "partial decode, shown or not, is a full 30 s encoder pass on the model's decoder thread.")
+        L.append(f"faster-whisper's encoder alone on one 30 s window: {statistics.median(enc) * 1000:.0f} ms (median over the "
+                 "materials), the floor under each of its decodes.")
+    for s in ("whisper", "whisper-np"):
+        ahead_fast = sum(1 for k in keys for d in get(s, k, "decoded", []) if d and d["ahead"])
+        ahead_paced = sum(1 for k in keys for d in get(s, k, "paced_decoded", []) if d and d["ahead"])
+        n_paced = sum(len(get(s, k, "paced_decoded", [])) for k in keys)
+        n_fast = sum(len(get(s, k, "decoded", [])) for k in keys)
+        partials = sum(get(s, k, "partials", 0) for k in keys)
+        if n_paced:
+            L.append(f"{names[s]}: finals decoded ahead {ahead_paced} of {n_paced} paced"
+                     + (f" ({ahead_fast} of {n_fast} as fast as possible)" if n_fast else "")
+                     + f"; {partials} partial transcripts shown in the paced runs.")
     L.append("")
 
     if problems or failures:
@@ -639,14 +697,14 @@ def render(a, command, vp, sets, results, loads, problems, failures, stalled):
             L.append(f"- {p}")
         L.append("")
 
-    L.append("## Transcripts (as fast as possible)")
+    L.append("## Transcripts")
     L.append("")
     for m in sets:
         L.append(f"**{m['key']}** — reference: {' / '.join(m['refs'])}")
         L.append("")
-        for s, label in SYSTEMS:
-            r = results[s].get(m["key"], {})
-            L.append(f"- {label}: " + (" / ".join(t or "(nothing)" for t in r["texts"]) if "texts" in r else "failed"))
+        for label, s, field in rows:
+            texts = get(s, m["key"], field)
+            L.append(f"- {label}: " + (" / ".join(t or "(nothing)" for t in texts) if texts is not None else "failed"))
         L.append("")
     return "\n".join(L)
 
