@@ -152,6 +152,14 @@ final class ALSAPlayback: PlaybackBackend {
         return .nanoseconds(MediaTime.nanos(samples: Int64(frames), rate: format.sampleRate))
     }
 
+    func flush() throws -> Duration? {
+        let pending = delay
+        var rc = snd_pcm_drop(pcm.pcm)
+        if rc == 0 { rc = snd_pcm_prepare(pcm.pcm) }
+        if rc < 0 { throw ALSAPCM.error(pcm.spec, rc, doing: "flush") }
+        return pending
+    }
+
     func drain() throws {
         let rc = snd_pcm_drain(pcm.pcm)
         if rc < 0 && rc != -EPIPE { throw ALSAPCM.error(pcm.spec, rc, doing: "drain") }

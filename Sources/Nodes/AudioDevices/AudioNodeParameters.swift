@@ -96,8 +96,10 @@ enum AudioNodeParameters {
     static func playbackDescriptor(type: String, backend: AudioBackendKind, summary: String) -> NodeDescriptor {
         var d = NodeDescriptor(
             type: type, summary: summary, family: "sinks",
-            inputs: [PortSpec("in", [.audio], doc: "audio to play (any format; converted to the device's)")],
-            outputs: [.events],
+            inputs: [PortSpec("in", [.audio], doc: "audio to play (any format; converted to the device's)"),
+                     .interrupt("any event stops playback at once: queued audio and the device's buffer are discarded; `interrupted` tells what was heard")],
+            outputs: [PortSpec("out", [.audio], doc: "what the device was given, as it takes it (an echo canceller's reference: speaker.out -> aec.ref)"),
+                      .events],
             configuration: Playback.self,
             format: .none,
             executor: .realtime,

@@ -14,6 +14,18 @@ import PipelineCore
 /// `device_lost`; with `reopen` (the default device) or `wait` (the same device) the node emits
 /// `device_lost`, keeps taking audio so the graph runs on — what arrives meanwhile is dropped and
 /// counted (`dropped_while_lost`, in frames) —, retries every 250 ms and emits `device_restored`.
+///
+/// Talking back:
+/// - Any event on the optional `interrupt` input stops playback at once: what is queued, what waits
+///   on the input, and what the device holds are discarded (`pa_simple_flush`, `snd_pcm_drop`). Audio
+///   from `tts` carries captions (``Caption``), so the node then emits `interrupted` with the `text`
+///   actually played of the answer (whole sentences, then the words of the one cut), `heard_ms` and
+///   `discarded_ms`; the rest of that answer, still coming, is dropped (counted as
+///   `interrupted_frames`).
+/// - `playback_start` (`delay_ms`: audio ahead of it, until it is heard) when an answer (or audio
+///   after silence) starts.
+/// - The optional output `out` carries what the device was given, as it takes it (device time): the
+///   reference an echo canceller needs (`speaker.out -> aec.ref`).
 public actor AudioPlaybackNode: Node {
     /// The device and buffering asked for; `format` is replaced by the stream's when `rate` is absent.
     public let spec: AudioStreamSpec
@@ -38,7 +50,12 @@ public actor AudioPlaybackNode: Node {
         let done: DeviceOneShot<Bool>
         let format: AudioFormat
         let losses: DeviceLossLog
+        let written: PlaybackCounter
     }
+
+    private var ledger = PlaybackLedger()
+    private var lastTurn: Int64?
+    private var current: Open?
 
     private var reportedDropped = 0
 
@@ -71,6 +88,78 @@ public actor AudioPlaybackNode: Node {
     private var lostAt: ContinuousClock.Instant?
 
     public func run(_ context: NodeContext) async throws {
+        let played: AsyncStream<[Int16]>.Continuation?
+        let playedStream: AsyncStream<[Int16]>?
+        if context.output("out").isConnected {
+            let (stream, continuation) = AsyncStream.makeStream(of: [Int16].self, bufferingPolicy: .bufferingNewest(256))
+            played = continuation
+            playedStream = stream
+        } else {
+            played = nil
+            playedStream = nil
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if let playedStream {
+                group.addTask { try await self.forwardPlayed(playedStream, context: context) }
+            }
+            if context.connectedInputs.contains("interrupt") {
+                group.addTask {
+                    for await frame in context.input("interrupt") where frame.event != nil {
+                        try await self.interrupt(context: context)
+                    }
+                }
+            }
+            defer { played?.finish() }
+            try await self.play(context, played: played)
+            // The interrupt input is feedback: it is not waited for.
+            played?.finish()
+            group.cancelAll()
+            try await group.waitForAll()
+        }
+    }
+
+    /// Sends what the device took on `out`, in the device's format, on the device's timeline.
+    private func forwardPlayed(_ stream: AsyncStream<[Int16]>, context: NodeContext) async throws {
+        let out = context.output("out")
+        var position: Int64 = 0
+        for await samples in stream {
+            guard let format = current?.format else { continue }
+            let frame = Frame.audio(samples, format: format, sampleIndex: position)
+            position += Int64(samples.count / max(format.channels, 1))
+            try await out.send(frame)
+        }
+    }
+
+    /// An event on `interrupt`: discards what is waiting and what the device holds; tells what of the
+    /// answer was heard.
+    private func interrupt(context: NodeContext) async throws {
+        // Everything waiting on the input goes; the rest of a cut answer is dropped as it comes.
+        var flushed: [(FrameMarks, AudioFormat, Int)] = []
+        let n = context.input().flush(where: { f in
+            if let a = f.audio { flushed.append((f.marks, a.format, a.frameCount)) }
+            return true
+        })
+        if n > 0 { context.count("interrupted_frames", by: UInt64(n)) }
+        guard let d = current else { return }
+        let (_, deviceDiscarded) = await d.queue.interrupt()
+        let rate = max(d.format.sampleRate, 1)
+        let left = deviceDiscarded.map { Self.samples($0, rate: rate) } ?? 0
+        ledger.played(through: max(0, d.written.value - left))
+        for (marks, format, frames) in flushed {
+            ledger.queued(marks, samples: frames * rate / max(format.sampleRate, 1))
+        }
+        let heard = ledger.interrupt(rate: rate)
+        lastTurn = nil
+        guard let heard else { return }
+        context.count("interruptions")
+        context.logger.info("\(spec.label): interrupted after \(heard.samples * 1000 / rate) ms of the answer")
+        var fields: [(String, EventValue)] = [("text", .string(heard.text)), ("heard_ms", .int(Int64(heard.samples * 1000 / rate))),
+                                              ("discarded_ms", .int(Int64(heard.discarded * 1000 / rate)))]
+        if let turn = heard.turn { fields.append(("turn_ms", .int(MediaTime.millis(turn)))) }
+        try await context.emit("interrupted", fields)
+    }
+
+    private func play(_ context: NodeContext, played: AsyncStream<[Int16]>.Continuation?) async throws {
         var device: Open?
         var converter: AudioConverter?
         var queuedFrames: Int64 = 0
@@ -80,15 +169,20 @@ public actor AudioPlaybackNode: Node {
         let startedAt = ContinuousClock.now
         let stopBox = StopOnCancel()
         try await withTaskCancellationHandler {
-            if fixedFormat { device = try await open(spec.format, context: context); stopBox.set(device!.queue) }
+            if fixedFormat { device = try await open(spec.format, context: context, played: played); stopBox.set(device!.queue); current = device }
             for await frame in context.input() {
                 guard let audio = frame.audio, !audio.samples.isEmpty else { continue }
+                if ledger.isCut(frame.marks) {
+                    context.count("interrupted_frames")
+                    continue
+                }
                 if device == nil {
                     var s = spec.format
                     s.sampleRate = audio.format.sampleRate
                     s.channels = audio.format.channels
-                    device = try await open(s, context: context)
+                    device = try await open(s, context: context, played: played)
                     stopBox.set(device!.queue)
+                    current = device
                 }
                 let d = device!
                 var samples = audio.samples
@@ -106,6 +200,10 @@ public actor AudioPlaybackNode: Node {
                     samples = stretch!.process(samples, ppm: ppm)
                 }
                 queuedFrames += Int64(samples.count / d.format.channels)
+                try await announce(frame, device: d, context: context)
+                // An interruption may have come meanwhile.
+                if ledger.isCut(frame.marks) { context.count("interrupted_frames"); continue }
+                ledger.queued(frame.marks, samples: samples.count / max(d.format.channels, 1))
                 try await d.queue.put(samples)
                 try await reportLosses(d, context: context)
                 let u = d.queue.underruns
@@ -137,8 +235,33 @@ public actor AudioPlaybackNode: Node {
         }
     }
 
+    /// Emits `playback_start` when an answer begins (a new caption turn) or audio follows silence;
+    /// keeps the ledger's played position current.
+    private func announce(_ frame: Frame, device d: Open, context: NodeContext) async throws {
+        let depthSamples = d.queue.depth(format: d.format).map { Self.samples($0, rate: d.format.sampleRate) } ?? 0
+        ledger.played(through: max(0, min(d.written.value, ledger.queued - depthSamples)))
+        let idle = ledger.pending == 0 || depthSamples < d.format.sampleRate / 200
+        let starts: Bool
+        if let turn = frame.marks.caption?.turn {
+            starts = turn != lastTurn
+            lastTurn = turn
+        } else {
+            starts = idle
+            lastTurn = nil
+        }
+        guard starts else { return }
+        var fields: [(String, EventValue)] = [("delay_ms", .int(Int64(depthSamples * 1000 / max(d.format.sampleRate, 1))))]
+        if let c = frame.marks.caption { fields += [("text", .string(c.text)), ("turn_ms", .int(MediaTime.millis(c.turn)))] }
+        try await context.emit("playback_start", fields)
+    }
+
+    /// Samples per channel in `duration` at `rate`.
+    static func samples(_ duration: Duration, rate: Int) -> Int {
+        Int((Double(rate) * (duration / .seconds(1))).rounded())
+    }
+
     /// Starts the device thread and waits (bounded) until the device is open.
-    private func open(_ format: AudioFormat, context: NodeContext) async throws -> Open {
+    private func open(_ format: AudioFormat, context: NodeContext, played: AsyncStream<[Int16]>.Continuation?) async throws -> Open {
         var spec = self.spec
         spec.format = format
         spec.periodFrames = max(1, format.sampleRate * max(spec.periodFrames, 1) / max(self.spec.format.sampleRate, 1))
@@ -147,8 +270,10 @@ public actor AudioPlaybackNode: Node {
         let done = DeviceOneShot<Bool>()
         let immutableSpec = spec
         let losses = DeviceLossLog()
+        let written = PlaybackCounter()
         let policy = onDeviceLost
         AudioDeviceThread.start(name: "\(spec.backend.rawValue)-playback-\(context.id)") {
+            defer { played?.finish() }
             var backend: any PlaybackBackend
             do {
                 backend = try AudioBackends.openPlayback(immutableSpec)
@@ -163,6 +288,11 @@ public actor AudioPlaybackNode: Node {
             var nextAttempt = ContinuousClock.now
             do {
                 while let samples = queue.take() {
+                    if samples.isEmpty {
+                        // An interruption: drop what the device holds.
+                        queue.flushed(lost ? nil : (try? backend.flush()) ?? nil)
+                        continue
+                    }
                     if lost {
                         losses.addDropped(samples.count / max(format.channels, 1))
                         guard ContinuousClock.now >= nextAttempt else { continue }
@@ -181,6 +311,8 @@ public actor AudioPlaybackNode: Node {
                         try presence.check()
                         queue.addUnderruns(try backend.write(samples))
                         queue.reportDelay(backend.delay)
+                        written.add(samples.count / max(format.channels, 1))
+                        played?.yield(samples)
                     } catch {
                         backend.close()
                         guard policy != .fail else { throw NodeError("device_lost", "\(immutableSpec.label) lost: \(DeviceReopen.message(error))") }
@@ -204,8 +336,15 @@ public actor AudioPlaybackNode: Node {
             NodeError("device_timeout", "\(immutableSpec.label) did not open within \(AudioCaptureNode.describe(openTimeout)); is it stuck or the server hung?")
         }
         context.logger.info("\(spec.label) open for playback: \(deviceFormat), \(spec.latencyMs) ms buffer")
-        return Open(queue: queue, done: done, format: deviceFormat, losses: losses)
+        return Open(queue: queue, done: done, format: deviceFormat, losses: losses, written: written)
     }
+}
+
+/// Samples (per channel) a device thread has written, read by the node's task.
+final class PlaybackCounter: Sendable {
+    private let count = Atomic<Int>(0)
+    func add(_ n: Int) { count.add(n, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
 }
 
 /// Lets a cancellation handler stop whichever playback queue is open at that moment.

@@ -18,6 +18,9 @@ final class AudioPlaybackQueue: Sendable {
         var queuedSamples = 0
         var deviceDelay: Duration?
         var delayMeasuredAt: ContinuousClock.Instant?
+        /// An interruption waits for the device thread to flush the device.
+        var flushWaiter: CheckedContinuation<Duration?, Never>?
+        var flushRequested = false
     }
     private let state = Mutex(State())
     private let available = DispatchSemaphore(value: 0)
@@ -61,20 +64,81 @@ final class AudioPlaybackQueue: Sendable {
 
     /// Task: abandon what is queued (abort).
     func stop() {
-        let p = state.withLock { s -> Waiter? in
+        let (p, w) = state.withLock { s -> (Waiter?, CheckedContinuation<Duration?, Never>?) in
             s.stopped = true
             let p = s.producer; s.producer = nil
-            return p
+            let w = s.flushWaiter; s.flushWaiter = nil
+            return (p, w)
         }
         p?.resume(returning: .success(false))
+        w?.resume(returning: nil)
         available.signal()
     }
 
-    /// Device thread: the next buffer, or `nil` at the end (finished and empty) or when stopped.
+    /// Task: discards every queued buffer (an interruption), then has the device thread discard what
+    /// the device holds. Returns the samples (interleaved) discarded here and the audio the device
+    /// discarded (`nil`: unknown, or the device thread did not answer within `timeout`).
+    func interrupt(timeout: Duration = .milliseconds(300)) async -> (queued: Int, device: Duration?) {
+        let (discarded, producer) = state.withLock { s -> (Int, Waiter?) in
+            let n = s.queuedSamples
+            s.items = []
+            s.head = 0
+            s.queuedSamples = 0
+            let p = s.producer; s.producer = nil
+            return (n, p)
+        }
+        // A put waiting for room is answered as if taken: its audio belongs to what is cut.
+        producer?.resume(returning: .success(true))
+        let device: Duration? = await withTaskGroup(of: (answered: Bool, discarded: Duration?).self) { group in
+            group.addTask {
+                let d = await withCheckedContinuation { (c: CheckedContinuation<Duration?, Never>) in
+                    let resumeNow = self.state.withLock { s -> Bool in
+                        if s.stopped || s.finished || s.failure != nil { return true }
+                        if let old = s.flushWaiter { old.resume(returning: nil) }
+                        s.flushWaiter = c
+                        s.flushRequested = true
+                        return false
+                    }
+                    if resumeNow { c.resume(returning: nil) } else { self.available.signal() }
+                }
+                return (true, d)
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return (false, nil)
+            }
+            let first = await group.next() ?? (false, nil)
+            if !first.answered {
+                // Timed out: the device thread answers later, to no one.
+                let w = self.state.withLock { s -> CheckedContinuation<Duration?, Never>? in
+                    let w = s.flushWaiter; s.flushWaiter = nil; s.flushRequested = false; return w
+                }
+                w?.resume(returning: nil)
+            }
+            group.cancelAll()
+            return first.discarded
+        }
+        return (discarded, device)
+    }
+
+    /// Device thread: true when an interruption asks to flush the device (then call ``flushed(_:)``).
+    func flushPending() -> Bool { state.withLock { $0.flushRequested } }
+
+    /// Device thread: the device was flushed, `discarded` being what it dropped.
+    func flushed(_ discarded: Duration?) {
+        let w = state.withLock { s -> CheckedContinuation<Duration?, Never>? in
+            let w = s.flushWaiter; s.flushWaiter = nil; s.flushRequested = false; return w
+        }
+        w?.resume(returning: discarded)
+    }
+
+    /// Device thread: the next buffer, or `nil` at the end (finished and empty) or when stopped; an
+    /// empty buffer when an interruption asks to flush the device.
     func take() -> [Int16]? {
         while true {
             let (item, done, producer) = state.withLock { s -> ([Int16]?, Bool, Waiter?) in
                 if s.stopped { return (nil, true, nil) }
+                if s.flushRequested { return ([], false, nil) }
                 if s.head < s.items.count {
                     let item = s.items[s.head]
                     s.queuedSamples -= item.count
@@ -94,12 +158,14 @@ final class AudioPlaybackQueue: Sendable {
 
     /// Device thread: the device failed; the next ``put(_:)`` throws `error`.
     func fail(_ error: any Error) {
-        let p = state.withLock { s -> Waiter? in
+        let (p, w) = state.withLock { s -> (Waiter?, CheckedContinuation<Duration?, Never>?) in
             s.failure = error
             let p = s.producer; s.producer = nil
-            return p
+            let w = s.flushWaiter; s.flushWaiter = nil
+            return (p, w)
         }
         p?.resume(returning: .success(false))
+        w?.resume(returning: nil)
     }
 
     /// Device thread: the device's delay after a write.

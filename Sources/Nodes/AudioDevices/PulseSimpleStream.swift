@@ -143,5 +143,14 @@ final class PulsePlayback: PlaybackBackend {
         if pa_simple_drain(stream.handle, &err) < 0 { throw PulseSimpleStream.error(stream.spec, err, doing: "drain") }
     }
 
+    func flush() throws -> Duration? {
+        var err: Int32 = 0
+        let latency = pa_simple_get_latency(stream.handle, &err)
+        if pa_simple_flush(stream.handle, &err) < 0 { throw PulseSimpleStream.error(stream.spec, err, doing: "flush") }
+        playedBy = nil
+        delay = .zero
+        return latency == UInt64.max ? nil : .microseconds(Int64(latency))
+    }
+
     func close() {}
 }

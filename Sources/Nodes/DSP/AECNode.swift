@@ -21,6 +21,12 @@ import PipelineCore
 /// - `pts` (files, tests): both streams are placed by their timestamps; the microphone waits for the
 ///   reference covering it (or its end).
 ///
+/// `ref` is a feedback input: `speaker.out -> aec.ref` may close a loop through the graph (mic → aec →
+/// … → tts → speaker), and the node ends with its microphone, without waiting for the reference to end.
+///
+/// `ref` is a feedback input: `speaker.out -> aec.ref` may close a loop through the graph (mic → aec →
+/// … → tts → speaker); the node ends with its microphone, without waiting for the reference to end.
+///
 /// The reference is converted to the microphone's format when they differ. `aec_stats` events report
 /// the measured echo reduction (`erle_db`, over blocks with reference), the engine's delay estimate and
 /// the reference level every `stats_interval_ms`.
@@ -54,10 +60,11 @@ public actor AECNode: Node {
                 for await frame in context.input("ref") { try await self.addReference(frame) }
                 await self.endReference()
             }
-            group.addTask {
-                for await frame in context.input("in") { try await self.processMic(frame, context: context) }
-                try await self.finishMic(context: context)
-            }
+            // The microphone decides the end: `ref` may be fed back from the loudspeaker the output
+            // drives (a loop), so its end is not waited for.
+            for await frame in context.input("in") { try await self.processMic(frame, context: context) }
+            try await self.finishMic(context: context)
+            group.cancelAll()
             try await group.waitForAll()
         }
         try await report(context, force: true)
@@ -299,7 +306,7 @@ public actor AECNode: Node {
         type: "aec",
         summary: "Removes the echo of what is played (ref) from the microphone (in): webrtc-audio-processing or speexdsp",
         family: "DSP",
-        inputs: [PortSpec("in", [.audio], doc: "microphone, 16/32/48 kHz"), PortSpec("ref", [.audio], doc: "what the loudspeaker plays (any format; converted)")],
+        inputs: [PortSpec("in", [.audio], doc: "microphone, 16/32/48 kHz"), PortSpec("ref", [.audio], feedback: true, doc: "what the loudspeaker plays (any format; converted); may be fed back from a sink's out (speaker.out -> aec.ref), closing a loop")],
         outputs: [PortSpec("out", [.audio], doc: "the microphone without the echo, same frames as in"), .events],
         configuration: Configuration.self,
         format: .passthrough,

@@ -14,8 +14,9 @@ import PipelineCore
 /// trailing silence, ready for a recognizer. To place the start mark on earlier audio, the node holds
 /// back `start_ms + pre_roll_ms` (plus one 20 ms block) of audio while no speech is open; once speech
 /// has started, audio passes at once, and the frame carrying the end mark leaves as soon as it is marked. Events on `events`:
-/// `speech_start` with `media_ms` of the detected onset, `speech_end` with `media_ms` of the end of
-/// the last speech block.
+/// `speech_start` with `media_ms` of the detected onset and `speech_ms` (the speech heard when it was
+/// decided), `speech_end` with `media_ms` of the end of the last speech block and `silence_ms` (the
+/// silence heard after it when the end was decided).
 ///
 /// `gate: true` passes only the marked spans. `end_on_silence_ms > 0` ends the stream once that much
 /// silence follows speech: the node delivers what it holds and returns, closing its outputs.
@@ -119,19 +120,22 @@ public actor VADNode: Node {
             if let i = held.firstIndex(where: { $0.start >= lastEndMarked && $0.end > target }) ?? (held.isEmpty ? nil : held.count - 1) {
                 held[i].frame.marks.speechStart = true
             }
-            try await context.emit("speech_start", [("media_ms", .int(mediaMs(onset)))])
+            try await context.emit("speech_start", [("media_ms", .int(mediaMs(onset))), ("speech_ms", .int(spanMs(position - onset)))])
             return false
         case .speechEnd(let end):
             if !held.isEmpty {
                 held[held.count - 1].frame.marks.speechEnd = true
                 lastEndMarked = held[held.count - 1].end
             }
-            try await context.emit("speech_end", [("media_ms", .int(mediaMs(end)))])
+            try await context.emit("speech_end", [("media_ms", .int(mediaMs(end))), ("silence_ms", .int(spanMs(position - end)))])
             return false
         case .endOfStream:
             return true
         }
     }
+
+    /// Milliseconds in `samples`.
+    private func spanMs(_ samples: Int64) -> Int64 { max(0, samples) * 1000 / Int64(max(rate, 1)) }
 
     private func mediaMs(_ sample: Int64) -> Int64 {
         MediaTime.millis((origin ?? 0) + MediaTime.nanos(samples: sample, rate: rate))

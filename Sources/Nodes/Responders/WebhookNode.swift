@@ -217,7 +217,7 @@ public actor WebhookNode: Node {
         type: "webhook", summary: "POSTs each text as JSON to a URL and passes on the text it answers",
         family: "services",
         inputs: [PortSpec("in", [.text], doc: "each text (e.g. a final transcript) is one request"),
-                 PortSpec("interrupt", [.event], required: false, doc: "any event cancels the request in flight")],
+                 .interrupt("any event cancels the request in flight")],
         outputs: [PortSpec("text", [.text], doc: "the answer, one frame per sentence"), .events],
         configuration: Configuration.self,
         format: .none,

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import Synchronization
 
 /// `tts`: speech synthesis. Text in (`text`), audio out (`out`) at the graph's rate, sentence by
 /// sentence: each text is cut into sentences (``SentenceSplitter``) and the first one is heard as soon
@@ -20,6 +21,13 @@ import PipelineCore
 ///   the audio sent for it) after its last frame. A text with nothing to say (empty, white space,
 ///   punctuation) produces neither audio nor events. A sentence the engine fails on is reported as
 ///   an `error` event and skipped.
+/// - Every frame carries a ``Caption``: the sentence it speaks, and the answer it belongs to (the
+///   `pts` of the text frame, which a responder gives every sentence of one answer), so a sink that
+///   is interrupted can say what was heard.
+/// - Any event on the optional `interrupt` input cancels the answer being spoken: texts waiting are
+///   dropped, the rest of that answer's audio is not sent (a sentence the engine is making is
+///   finished and thrown away), further texts of the same answer are ignored, and its `tts_end`
+///   carries `interrupted: true`.
 public actor TTSNode: Node {
     let configuration: Configuration
     let makeSynthesizer: @Sendable (String) -> any SpeechSynthesizer
@@ -42,35 +50,55 @@ public actor TTSNode: Node {
         try await synthesizer.start()
         let queue = SynthesisQueue(capacity: Self.queueCapacity)
         let texts = context.input("text")
+        let cut = CutAnswers()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 defer { queue.finishProducing() }
-                try await Self.synthesize(texts, with: synthesizer, into: queue, context: context)
+                try await Self.synthesize(texts, with: synthesizer, into: queue, cut: cut, context: context)
+            }
+            if context.connectedInputs.contains("interrupt") {
+                group.addTask {
+                    for await frame in context.input("interrupt") where frame.event != nil {
+                        // The answer being spoken, and every text waiting, are dropped.
+                        if let turn = cut.speaking { cut.insert(turn) }
+                        if let turn = cut.playing { cut.insert(turn) }
+                        texts.flush()
+                        queue.flush()
+                        context.count("interruptions")
+                    }
+                }
             }
             do {
-                try await play(queue, context: context)
+                try await play(queue, cut: cut, context: context)
             } catch {
                 queue.finishConsuming()
                 throw error
             }
+            group.cancelAll()
             try await group.waitForAll()
         }
     }
 
     /// The synthesis task: reads texts, announces each, and queues its sentences' audio.
     private static func synthesize(_ texts: InputPort, with synthesizer: any SpeechSynthesizer, into queue: SynthesisQueue,
-                                   context: NodeContext) async throws {
+                                   cut: CutAnswers, context: NodeContext) async throws {
         for await frame in texts {
             guard let raw = frame.text else { continue }
+            if cut.contains(frame.pts) { context.count("interrupted_texts"); continue }
             let sentences = SentenceSplitter.sentences(in: raw)
             if sentences.isEmpty { continue }
             let text = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+            cut.speaking = frame.pts
             try await context.emit("tts_start", [("text", .string(text))])
-            await queue.send(.begin(text: text, created: frame.created))
+            await queue.send(.begin(text: text, created: frame.created, turn: frame.pts))
             for sentence in sentences {
                 try Task.checkCancellation()
+                if cut.contains(frame.pts) { break }
+                await queue.send(.sentence(sentence))
                 do {
-                    try await synthesizer.synthesize(sentence) { audio in await queue.send(.audio(audio)) }
+                    try await synthesizer.synthesize(sentence) { audio in
+                        if !cut.contains(frame.pts) { await queue.send(.audio(audio)) }
+                    }
                     context.count("sentences")
                 } catch is CancellationError {
                     throw CancellationError()
@@ -79,29 +107,45 @@ public actor TTSNode: Node {
                     try await context.emitError(code: (error as? NodeError)?.code ?? "synthesis_failed", message: "\(error)")
                 }
             }
-            await queue.send(.end)
+            await queue.send(.end(turn: frame.pts))
         }
     }
 
     /// The sending task: converts each text's audio to the output format, frames it and sends it.
-    private func play(_ queue: SynthesisQueue, context: NodeContext) async throws {
+    private func play(_ queue: SynthesisQueue, cut: CutAnswers, context: NodeContext) async throws {
         let out = context.output()
-        var current = TextPlayout(text: "", created: nil)
+        var current = TextPlayout(text: "", created: nil, turn: 0)
         while let item = await queue.receive() {
             switch item {
-            case .begin(let text, let created):
-                current = TextPlayout(text: text, created: created)
+            case .begin(let text, let created, let turn):
+                current = TextPlayout(text: text, created: created, turn: turn)
+                cut.playing = turn
+            case .sentence(let sentence):
+                current.sentence(sentence, index: sentenceIndex)
+                sentenceIndex += 1
             case .audio(let audio):
+                guard !cut.contains(current.turn) else { continue }
                 try current.add(audio, converting: configuration.format)
                 try await sendFrames(&current, final: false, to: out)
-            case .end:
-                current.flush()
-                try await sendFrames(&current, final: true, to: out)
+            case .end(let turn):
+                cut.playing = nil
+                let interrupted = cut.contains(turn)
+                if interrupted {
+                    current.pending = []
+                } else {
+                    current.flush()
+                    try await sendFrames(&current, final: true, to: out)
+                }
                 let nanos = MediaTime.nanos(samples: current.samplesSent, rate: configuration.format.sampleRate)
-                try await context.emit("tts_end", [("text", .string(current.text)), ("duration_ms", .int(MediaTime.millis(nanos)))])
+                var fields: [(String, EventValue)] = [("text", .string(current.text)), ("duration_ms", .int(MediaTime.millis(nanos)))]
+                if interrupted { fields.append(("interrupted", .bool(true))) }
+                try await context.emit("tts_end", fields)
             }
         }
     }
+
+    /// Sentences sent so far (numbers the captions).
+    private var sentenceIndex = 0
 
     /// Sends the whole frames of a text's converted audio. While the text goes on, at least one
     /// sample is held back so that its last frame can be marked; at its end, what remains goes out
@@ -111,7 +155,8 @@ public actor TTSNode: Node {
         var start = 0
         while p.pending.count - start > n || (final && p.pending.count - start == n) {
             let last = final && p.pending.count - start == n
-            try await send(Array(p.pending[start..<start + n]), first: p.framesSent == 0, last: last, created: p.created, to: out)
+            try await send(Array(p.pending[start..<start + n]), first: p.framesSent == 0, last: last, created: p.created,
+                           caption: p.caption(at: p.samplesSent), to: out)
             p.framesSent += 1
             p.samplesSent += Int64(n)
             start += n
@@ -120,16 +165,16 @@ public actor TTSNode: Node {
         if final && !p.pending.isEmpty {
             let frame = p.pending + [Int16](repeating: 0, count: n - p.pending.count)
             p.pending = []
-            try await send(frame, first: p.framesSent == 0, last: true, created: p.created, to: out)
+            try await send(frame, first: p.framesSent == 0, last: true, created: p.created, caption: p.caption(at: p.samplesSent), to: out)
             p.framesSent += 1
             p.samplesSent += Int64(n)
         }
     }
 
     /// Sends one frame at the current media position.
-    private func send(_ samples: [Int16], first: Bool, last: Bool, created: Duration?, to out: OutputPort) async throws {
+    private func send(_ samples: [Int16], first: Bool, last: Bool, created: Duration?, caption: Caption?, to out: OutputPort) async throws {
         var frame = Frame.audio(samples, format: configuration.format, sampleIndex: position,
-                                marks: FrameMarks(speechStart: first, speechEnd: last))
+                                marks: FrameMarks(speechStart: first, speechEnd: last, caption: caption))
         if let created { frame.created = created }
         position += Int64(samples.count)
         try await out.send(frame)
@@ -140,15 +185,34 @@ public actor TTSNode: Node {
 private struct TextPlayout {
     let text: String
     let created: Duration?
+    /// The answer the text belongs to (its frame's pts).
+    let turn: Int64
+    /// Where each sentence's audio starts (samples of the converted text) and its caption.
+    var sentences: [(start: Int64, text: String, index: Int)] = []
     var converter: AudioConverter?
     /// Converted samples not sent yet.
     var pending: [Int16] = []
     var framesSent = 0
     var samplesSent: Int64 = 0
 
-    init(text: String, created: Duration?) {
+    init(text: String, created: Duration?, turn: Int64) {
         self.text = text
         self.created = created
+        self.turn = turn
+    }
+
+    /// A sentence's audio follows.
+    mutating func sentence(_ sentence: String, index: Int) {
+        sentences.append((samplesSent + Int64(pending.count), sentence, index))
+    }
+
+    /// The caption of the frame that starts at `position` (samples of the text).
+    func caption(at position: Int64) -> Caption? {
+        guard let i = sentences.lastIndex(where: { $0.start <= position }) ?? (sentences.isEmpty ? nil : 0) else { return nil }
+        let s = sentences[i]
+        let end: Int64? = i + 1 < sentences.count ? sentences[i + 1].start : nil
+        return Caption(text: s.text, turn: turn, index: s.index, offset: Int(max(0, position - s.start)),
+                       total: end.map { Int($0 - s.start) })
     }
 
     /// Converts `audio` (the engine's format) to `format` and queues it.
@@ -172,12 +236,14 @@ private struct TextPlayout {
 /// back), the runtime's one bounded queue, rather than through a queue of its own.
 struct SynthesisQueue: Sendable {
     enum Item: Sendable {
-        /// A text begins (with the instant it was created, if known).
-        case begin(text: String, created: Duration?)
+        /// A text begins (with the instant it was created, if known, and the answer it belongs to).
+        case begin(text: String, created: Duration?, turn: Int64)
+        /// A sentence of the current text begins.
+        case sentence(String)
         /// Audio of the current text, in the engine's format.
         case audio(AudioBuffer)
-        /// The current text is complete.
-        case end
+        /// The current text (of answer `turn`) is complete.
+        case end(turn: Int64)
     }
 
     private let edge: BoundedEdge
@@ -189,12 +255,13 @@ struct SynthesisQueue: Sendable {
     /// Queues an item, waiting while the queue is full.
     func send(_ item: Item) async {
         switch item {
-        case .begin(let text, let created):
-            var frame = Frame.text(text)
+        case .begin(let text, let created, let turn):
+            var frame = Frame.text(text, pts: turn)
             frame.created = created
             await edge.send(frame)
+        case .sentence(let sentence): await edge.send(.event(Event("sentence", fields: [("text", .string(sentence))])))
         case .audio(let audio): await edge.send(.audio(audio, pts: 0))
-        case .end: await edge.send(.event(Event("end")))
+        case .end(let turn): await edge.send(.event(Event("end"), pts: turn))
         }
     }
 
@@ -202,14 +269,50 @@ struct SynthesisQueue: Sendable {
     func receive() async -> Item? {
         guard let frame = await edge.receive() else { return nil }
         switch frame.payload {
-        case .text(let text): return .begin(text: text, created: frame.created)
+        case .text(let text): return .begin(text: text, created: frame.created, turn: frame.pts)
         case .audio(let audio): return .audio(audio)
-        default: return .end
+        case .event(let e) where e.name == "sentence": return .sentence(e["text"]?.stringValue ?? "")
+        default: return .end(turn: frame.pts)
         }
     }
+
+    /// An interruption: the audio waiting is dropped (texts' beginnings, sentences and ends stay, so
+    /// every text is still closed).
+    func flush() { edge.flush(where: { $0.audio != nil }) }
 
     /// The synthesis task is done.
     func finishProducing() { edge.producerFinished() }
     /// The sending task is gone: the synthesis task never waits again.
     func finishConsuming() { edge.consumerFinished() }
+}
+
+/// Answers (their `pts`) whose speech was interrupted, shared by the `tts` node's two tasks.
+final class CutAnswers: Sendable {
+    private struct State {
+        var cut: Set<Int64> = []
+        var speaking: Int64?
+        var playing: Int64?
+    }
+    private let state = Mutex(State())
+
+    /// The answer being synthesized.
+    var speaking: Int64? {
+        get { state.withLock { $0.speaking } }
+        set { state.withLock { $0.speaking = newValue } }
+    }
+
+    /// The answer being sent.
+    var playing: Int64? {
+        get { state.withLock { $0.playing } }
+        set { state.withLock { $0.playing = newValue } }
+    }
+
+    func insert(_ turn: Int64) {
+        state.withLock { s in
+            s.cut.insert(turn)
+            if s.cut.count > 64 { s.cut.remove(s.cut.min()!) }
+        }
+    }
+
+    func contains(_ turn: Int64) -> Bool { state.withLock { $0.cut.contains(turn) } }
 }

@@ -106,10 +106,14 @@ public protocol PlaybackBackend: AnyObject {
     func close()
     /// Audio written but not yet played, as measured after the last ``write(_:)`` (`nil`: unknown).
     var delay: Duration? { get }
+    /// Discards what was written but not yet played (an interruption), keeping the stream open.
+    /// Returns how much was discarded (`nil`: unknown).
+    func flush() throws -> Duration?
 }
 
 extension PlaybackBackend {
     public var delay: Duration? { nil }
+    public func flush() throws -> Duration? { nil }
 }
 
 /// Backends that are not linked into the built-in nodes but installed at run time: the in-memory

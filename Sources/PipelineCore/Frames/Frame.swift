@@ -62,20 +62,48 @@ public struct FrameMarks: Sendable, Hashable {
     public var slice: SliceInfo? = nil
     /// A gap precedes this frame (lost packets, a device overrun); set by sources and the jitter buffer.
     public var discontinuity: Bool = false
+    /// The text this audio speaks; set by `tts`, so a sink can tell what was heard when it is interrupted.
+    public var caption: Caption? = nil
 
     /// No markers.
     public static let none = FrameMarks()
 
     /// Creates markers.
-    public init(speechStart: Bool = false, speechEnd: Bool = false, slice: SliceInfo? = nil, discontinuity: Bool = false) {
+    public init(speechStart: Bool = false, speechEnd: Bool = false, slice: SliceInfo? = nil, discontinuity: Bool = false,
+                caption: Caption? = nil) {
         self.speechStart = speechStart
         self.speechEnd = speechEnd
         self.slice = slice
         self.discontinuity = discontinuity
+        self.caption = caption
     }
 
     /// True when no marker is set.
-    public var isEmpty: Bool { !speechStart && !speechEnd && slice == nil && !discontinuity }
+    public var isEmpty: Bool { !speechStart && !speechEnd && slice == nil && !discontinuity && caption == nil }
+}
+
+/// What a stretch of synthesized audio says: set by `tts` on every frame it sends.
+public struct Caption: Sendable, Hashable {
+    /// The text (one sentence) the audio speaks.
+    public var text: String
+    /// The answer the text belongs to: the `pts` of the text frame that asked for it (a responder gives
+    /// every sentence of one answer the pts of the question), so a sink can tell answers apart.
+    public var turn: Int64
+    /// Ordinal of the text at its `tts` node: tells two equal sentences apart.
+    public var index: Int
+    /// Samples (per channel) of this text's audio before this frame.
+    public var offset: Int
+    /// Samples (per channel) of this text's whole audio, when known (the engine finished it).
+    public var total: Int?
+
+    /// Creates a caption.
+    public init(text: String, turn: Int64, index: Int, offset: Int, total: Int? = nil) {
+        self.text = text
+        self.turn = turn
+        self.index = index
+        self.offset = offset
+        self.total = total
+    }
 }
 
 /// PCM audio: signed 16-bit interleaved samples.

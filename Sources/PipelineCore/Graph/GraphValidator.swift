@@ -157,6 +157,8 @@ public enum GraphValidator {
 
         // Links and ports.
         var links: [(ResolvedLink, SourceLocation)] = []
+        var feedbackPorts: Set<String> = []
+        var defaultedOverflow: Set<ResolvedLink> = []
         for l in spec.links {
             var ok = true
             for end in [l.from.node, l.to.node] where !known.contains(end) {
@@ -182,46 +184,25 @@ public enum GraphValidator {
                 continue
             }
             let overflow = l.overflow ?? fromNode.descriptor.defaultOverflow
-            links.append((ResolvedLink(fromNode: l.from.node, fromPort: out.name, toNode: l.to.node, toPort: inp.name,
-                                       capacity: l.capacity ?? GraphLoader.defaultCapacity, overflow: overflow), l.location))
+            let link = ResolvedLink(fromNode: l.from.node, fromPort: out.name, toNode: l.to.node, toPort: inp.name,
+                                    capacity: l.capacity ?? GraphLoader.defaultCapacity, overflow: overflow)
+            if inp.feedback {
+                feedbackPorts.insert(link.toNode + "." + link.toPort)
+                if l.overflow == nil { defaultedOverflow.insert(link) }
+            }
+            links.append((link, l.location))
         }
         var seenLinks: Set<ResolvedLink> = []
-        let uniqueLinks = links.filter { seenLinks.insert($0.0).inserted }
+        var uniqueLinks = links.filter { seenLinks.insert($0.0).inserted }
+        func isFeedback(_ l: ResolvedLink) -> Bool { feedbackPorts.contains(l.toNode + "." + l.toPort) }
 
-        // Links that fan into one input share its queue: they must agree on its capacity and policy.
-        var firstInto: [String: (ResolvedLink, SourceLocation)] = [:]
-        for (l, at) in uniqueLinks {
-            let key = "\(l.toNode).\(l.toPort)"
-            guard let (first, firstAt) = firstInto[key] else { firstInto[key] = (l, at); continue }
-            if first.capacity != l.capacity || first.overflow != l.overflow {
-                issues.append(GraphIssue(.invalidLink, at: at, node: l.toNode,
-                                         "\(l.label) shares the queue of input '\(l.toNode).\(l.toPort)' with \(first.label) (\(firstAt)) but asks for capacity \(l.capacity), overflow \(l.overflow.rawValue) where that link has capacity \(first.capacity), overflow \(first.overflow.rawValue); give links into one input the same capacity and overflow"))
-            }
-        }
-
-        // Adjacency, built once: everything below stays linear in nodes plus links.
+        // Cycles (Kahn's algorithm) and topological order. Links into feedback inputs (an echo
+        // canceller's reference, an `interrupt`) may close a loop: they do not order the nodes.
         var outgoing: [String: [ResolvedLink]] = [:]
-        var incomingByInput: [String: [(ResolvedLink, SourceLocation)]] = [:]
-        for (l, at) in uniqueLinks {
-            outgoing[l.fromNode, default: []].append(l)
-            incomingByInput[l.toNode + "\u{0}" + l.toPort, default: []].append((l, at))
-        }
-
-        // Required inputs.
-        for ns in spec.nodes {
-            guard let r = resolved[ns.id] else { continue }
-            for p in r.descriptor.inputs where p.required {
-                if incomingByInput[ns.id + "\u{0}" + p.name] == nil {
-                    issues.append(GraphIssue(.unconnectedInput, at: ns.location, node: ns.id,
-                                             "input '\(p.name)' (\(p.kindDescription)) is not connected; add a link `something -> \(ns.id)\(p.name == "in" ? "" : "." + p.name)`"))
-                }
-            }
-        }
-
-        // Cycles (Kahn's algorithm) and topological order.
+        for (l, _) in uniqueLinks where !isFeedback(l) { outgoing[l.fromNode, default: []].append(l) }
         var indegree: [String: Int] = [:]
         for id in order { indegree[id] = 0 }
-        for (l, _) in uniqueLinks { indegree[l.toNode, default: 0] += 1 }
+        for (l, _) in uniqueLinks where !isFeedback(l) { indegree[l.toNode, default: 0] += 1 }
         var queue = order.filter { indegree[$0] == 0 }
         var topo: [String] = []
         var head = 0
@@ -241,7 +222,55 @@ public enum GraphValidator {
             let at = uniqueLinks.first(where: { cycleSet.contains($0.0.toNode) && cycleSet.contains($0.0.fromNode) })?.1
                 ?? SourceLocation(file: spec.file, line: 0, column: 0)
             issues.append(GraphIssue(.cycle, at: at, node: inCycle.first,
-                                     "links form a cycle through \(inCycle.joined(separator: " -> ")); a graph must be acyclic"))
+                                     "links form a cycle through \(inCycle.joined(separator: " -> ")); a graph must be acyclic except through feedback inputs (such as aec.ref and the sinks' interrupt)"))
+        }
+        // A link that closes a loop must never wait: under `block` each node of the loop could wait
+        // for the next. Such links default to drop-oldest; `block` written on one is an error.
+        let rank = Dictionary(uniqueKeysWithValues: topo.enumerated().map { ($1, $0) })
+        var loosened: Set<String> = []
+        for i in uniqueLinks.indices where isFeedback(uniqueLinks[i].0) {
+            let l = uniqueLinks[i].0
+            guard let f = rank[l.fromNode], let t = rank[l.toNode], f >= t, l.overflow == .block else { continue }
+            if defaultedOverflow.contains(l) {
+                uniqueLinks[i].0.overflow = .dropOldest
+                loosened.insert(l.toNode + "." + l.toPort)
+            } else {
+                issues.append(GraphIssue(.invalidLink, at: uniqueLinks[i].1, node: l.toNode,
+                                         "\(l.label) closes a loop, so it cannot block (each node of the loop could wait for the next); use overflow: drop-oldest or drop-newest"))
+            }
+        }
+        // Links fanning into a loosened input share its queue and its policy.
+        for i in uniqueLinks.indices where loosened.contains(uniqueLinks[i].0.toNode + "." + uniqueLinks[i].0.toPort)
+            && defaultedOverflow.contains(uniqueLinks[i].0) {
+            uniqueLinks[i].0.overflow = .dropOldest
+        }
+
+        // Links that fan into one input share its queue: they must agree on its capacity and policy.
+        var firstInto: [String: (ResolvedLink, SourceLocation)] = [:]
+        for (l, at) in uniqueLinks {
+            let key = "\(l.toNode).\(l.toPort)"
+            guard let (first, firstAt) = firstInto[key] else { firstInto[key] = (l, at); continue }
+            if first.capacity != l.capacity || first.overflow != l.overflow {
+                issues.append(GraphIssue(.invalidLink, at: at, node: l.toNode,
+                                         "\(l.label) shares the queue of input '\(l.toNode).\(l.toPort)' with \(first.label) (\(firstAt)) but asks for capacity \(l.capacity), overflow \(l.overflow.rawValue) where that link has capacity \(first.capacity), overflow \(first.overflow.rawValue); give links into one input the same capacity and overflow"))
+            }
+        }
+
+        // Adjacency, built once: everything below stays linear in nodes plus links.
+        var incomingByInput: [String: [(ResolvedLink, SourceLocation)]] = [:]
+        for (l, at) in uniqueLinks {
+            incomingByInput[l.toNode + "\u{0}" + l.toPort, default: []].append((l, at))
+        }
+
+        // Required inputs.
+        for ns in spec.nodes {
+            guard let r = resolved[ns.id] else { continue }
+            for p in r.descriptor.inputs where p.required {
+                if incomingByInput[ns.id + "\u{0}" + p.name] == nil {
+                    issues.append(GraphIssue(.unconnectedInput, at: ns.location, node: ns.id,
+                                             "input '\(p.name)' (\(p.kindDescription)) is not connected; add a link `something -> \(ns.id)\(p.name == "in" ? "" : "." + p.name)`"))
+                }
+            }
         }
 
         // Formats, in topological order.

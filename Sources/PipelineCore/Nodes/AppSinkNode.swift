@@ -1,3 +1,4 @@
+import Synchronization
 /// The `app-sink` node: frames handed to an embedding Swift app as an `AsyncSequence` (the mirror
 /// of `app-source`, like GStreamer's appsink).
 ///
@@ -32,12 +33,74 @@ public final class AppSinkNode: Node {
 
     public func run(_ context: NodeContext) async throws {
         defer { queue.producerFinished() }
-        for await frame in context.input() {
-            let before = queue.stats.dropped
-            await queue.send(frame)
-            let lost = queue.stats.dropped - before
-            if lost > 0 { context.count("dropped", by: lost) }
+        let ledger = PlayedBox()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if context.connectedInputs.contains("interrupt") {
+                group.addTask {
+                    for await frame in context.input("interrupt") where frame.event != nil {
+                        try await self.interrupt(ledger: ledger, context: context)
+                    }
+                }
+            }
+            for await frame in context.input() {
+                if let audio = frame.audio {
+                    let cut = ledger.state.withLock { p -> Bool in
+                        if p.ledger.isCut(frame.marks) { return true }
+                        p.ledger.played(through: max(0, p.ledger.queued - queue.depth * audio.frameCount))
+                        p.ledger.queued(frame.marks, samples: audio.frameCount)
+                        p.rate = audio.format.sampleRate
+                        return false
+                    }
+                    if cut { context.count("interrupted_frames"); continue }
+                }
+                let before = queue.stats.dropped
+                await queue.send(frame)
+                let lost = queue.stats.dropped - before
+                if lost > 0 { context.count("dropped", by: lost) }
+            }
+            group.cancelAll()
+            try await group.waitForAll()
         }
+    }
+
+    /// An event on `interrupt`: the audio the app has not taken yet, and what waits on the input, is
+    /// discarded (text and events stay); `interrupted` tells what of the answer the app took.
+    private func interrupt(ledger: PlayedBox, context: NodeContext) async throws {
+        var flushed: [(FrameMarks, Int)] = []
+        var flushedSamples = 0
+        let taken = queue.flush(where: { f in
+            guard let a = f.audio else { return false }
+            flushedSamples += a.frameCount
+            return true
+        })
+        let waiting = context.input().flush(where: { f in
+            guard let a = f.audio else { return false }
+            flushed.append((f.marks, a.frameCount))
+            return true
+        })
+        if taken + waiting > 0 { context.count("interrupted_frames", by: UInt64(taken + waiting)) }
+        let (heard, rate) = ledger.state.withLock { p -> (PlaybackLedger.Heard?, Int) in
+            p.ledger.played(through: p.ledger.queued - flushedSamples)
+            for (m, n) in flushed { p.ledger.queued(m, samples: n) }
+            return (p.ledger.interrupt(rate: p.rate), p.rate)
+        }
+        guard let heard else { return }
+        context.count("interruptions")
+        let r = max(rate, 1)
+        var fields: [(String, EventValue)] = [("text", .string(heard.text)), ("heard_ms", .int(Int64(heard.samples * 1000 / r))),
+                                              ("discarded_ms", .int(Int64(heard.discarded * 1000 / r)))]
+        if let turn = heard.turn { fields.append(("turn_ms", .int(MediaTime.millis(turn)))) }
+        try await context.emit("interrupted", fields)
+    }
+
+    /// What the app took of captioned audio, and its rate.
+    struct Played: Sendable {
+        var ledger = PlaybackLedger()
+        var rate = 16000
+    }
+
+    final class PlayedBox: Sendable {
+        let state = Mutex(Played())
     }
 
     /// The frames an ``AppSinkNode`` hands to the app.
@@ -68,7 +131,9 @@ public final class AppSinkNode: Node {
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "app-sink", summary: "Frames (audio, encoded, text or events) to an embedding Swift app (Pipeline.appSink(id).frames)",
-        family: "sinks", inputs: [PortSpec("in", [.audio, .encoded, .text, .event], doc: "frames handed to the app")], outputs: [],
+        family: "sinks", inputs: [PortSpec("in", [.audio, .encoded, .text, .event], doc: "frames handed to the app"),
+                                   .interrupt("any event discards the audio the app has not taken yet; `interrupted` tells what of the answer it took")],
+        outputs: [.events],
         configuration: Configuration.self, format: .none, executor: .realtime,
         make: { c, _ in AppSinkNode(capacity: c.capacity, overflow: c.overflow) })
 }

@@ -10,14 +10,25 @@ public struct PortSpec: Sendable, Hashable {
     public var required: Bool
     /// One line for `voicepipe nodes`.
     public var doc: String
+    /// For inputs: a link into this port may close a loop (a loudspeaker's audio back to an echo
+    /// canceller's reference, a barge-in decision back to the sink that plays the answer). The node
+    /// never waits for this input's end of stream: it stops reading it when its other inputs end.
+    /// A link that closes a loop through such a port must not block (it defaults to `drop-oldest`).
+    public var feedback: Bool
 
     /// Creates a port specification.
-    public init(_ name: String, _ kinds: Set<FrameKind>, codecs: Set<String>? = nil, required: Bool = true, doc: String = "") {
+    public init(_ name: String, _ kinds: Set<FrameKind>, codecs: Set<String>? = nil, required: Bool = true, feedback: Bool = false, doc: String = "") {
         self.name = name
         self.kinds = kinds
         self.codecs = codecs
         self.required = required
+        self.feedback = feedback
         self.doc = doc
+    }
+
+    /// The optional `interrupt` input of sinks and responders: any event flushes what is queued.
+    public static func interrupt(_ doc: String) -> PortSpec {
+        PortSpec("interrupt", [.event], required: false, feedback: true, doc: doc)
     }
 
     /// The conventional `events` output.

@@ -249,6 +249,33 @@ public final class BoundedEdge: Sendable {
         return out
     }
 
+    /// Discards the frames waiting in the queue that `matching` selects (all by default), as an
+    /// interruption does; they are counted as dropped. Returns how many were discarded.
+    @discardableResult
+    public func flush(where matching: (Frame) -> Bool = { _ in true }) -> Int {
+        var release: [CheckedContinuation<Void, Never>] = []
+        let n: Int = state.withLock { s in
+            var kept: [Frame] = []
+            var removed = 0
+            while s.count > 0 {
+                let f = s.pop()
+                if matching(f) { removed += 1 } else { kept.append(f) }
+            }
+            for f in kept { s.push(f) }
+            // Producers waiting for room take it now.
+            while s.count < capacity, !s.blocked.isEmpty {
+                let w = s.blocked.removeFirst()
+                if matching(w.frame) { removed += 1 } else { s.push(w.frame) }
+                s.sent += 1
+                release.append(w.continuation)
+            }
+            s.dropped += UInt64(removed)
+            return removed
+        }
+        for c in release { c.resume() }
+        return n
+    }
+
     /// One producer is done. When all are, the consumer sees end of stream after the queue drains.
     public func producerFinished() {
         let c: CheckedContinuation<Frame?, Never>? = state.withLock { s in

@@ -111,9 +111,10 @@ public final class Pipeline: Sendable {
                 }
                 outputs[p.name] = OutputPort(name: p.name, targets: targets, stamp: stamp)
             }
-            // A sink (no outputs but events) checks the graph's latency budget on what it takes.
+            // A sink (a node of the sinks family, or one with no outputs but events) checks the graph's latency budget on what it takes.
             var lateness: LatenessWatch?
-            if let budget = graph.latencyBudgetMs, !n.descriptor.inputs.isEmpty, n.descriptor.outputs.allSatisfy({ $0.kinds == [.event] }) {
+            if let budget = graph.latencyBudgetMs, !n.descriptor.inputs.isEmpty,
+               n.descriptor.family == "sinks" || n.descriptor.outputs.allSatisfy({ $0.kinds == [.event] }) {
                 let events = outputs["events"]
                 let shared = self.shared
                 let id = n.id

@@ -36,6 +36,14 @@ public final class InputPort: AsyncSequence, Sendable {
     }
 
     public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(port: self) }
+
+    /// Discards the frames waiting on this input that `matching` selects (all by default) — what an
+    /// interruption does to audio not yet played. They count as dropped on the link. Returns how
+    /// many were discarded.
+    @discardableResult
+    public func flush(where matching: (Frame) -> Bool = { _ in true }) -> Int {
+        edge?.flush(where: matching) ?? 0
+    }
 }
 
 /// Where an output port delivers frames.
