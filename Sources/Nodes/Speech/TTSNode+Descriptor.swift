@@ -7,12 +7,15 @@ extension TTSNode {
         case flite
         /// eSpeak NG, embedded: about a hundred languages, Mandarin included.
         case espeakNG = "espeak-ng"
+        /// Any Wyoming text-to-speech server (wyoming-piper, ...), at `uri`.
+        case wyoming
 
         /// One line per engine for `voicepipe nodes`.
         var summary: String {
             switch self {
             case .flite: "flite (embedded; voices \(FliteSynthesizer.Voice.names), default \(FliteSynthesizer.Voice.defaultVoice.rawValue))"
             case .espeakNG: "espeak-ng (embedded; voice = a language as `espeak-ng -v` takes it: en, en-us, cmn, ...; default \(EspeakSynthesizer.defaultVoice))"
+            case .wyoming: "wyoming (a Wyoming TTS server at uri, e.g. wyoming-piper; voice = the server's voice name)"
             }
         }
     }
@@ -29,14 +32,20 @@ extension TTSNode {
         public var speed: Double
         /// Length of the frames on `out`, in milliseconds.
         public var frameMs: Int
+        /// `wyoming`: the server, `tcp://host:port`.
+        public var uri: String?
+        /// `wyoming`: longest wait for the connection and for each message of the server, ms.
+        public var timeoutMs: Int?
 
         public static let parameters: [ParamSpec] = [
             ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: .string(Engine.flite.rawValue),
                       doc: "synthesizer: " + Engine.allCases.map(\.summary).joined(separator: "; ")),
-            ParamSpec("voice", .string, doc: "the engine's voice (flite: \(FliteSynthesizer.Voice.names); espeak-ng: a language such as en-us or cmn, optionally +variant)"),
+            ParamSpec("voice", .string, doc: "the engine's voice (flite: \(FliteSynthesizer.Voice.names); espeak-ng: a language such as en-us or cmn, optionally +variant; wyoming: the server's voice name)"),
             ParamSpec("rate", .int(1000...384_000), default: 16000, doc: "sample rate of the audio on out (mono), converted from the engine's own"),
-            ParamSpec("speed", .double(0.25...4), default: 1.0, doc: "speaking rate as a factor of the voice's own (espeak-ng: 175 words per minute times this, within 80...450)"),
+            ParamSpec("speed", .double(0.25...4), default: 1.0, doc: "speaking rate as a factor of the voice's own (espeak-ng: 175 words per minute times this, within 80...450; wyoming: the server's own)"),
             ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "length of the audio frames on out"),
+            ParamSpec("uri", .string, doc: "wyoming: the server, tcp://HOST:PORT (IPv6 tcp://[ADDR]:PORT); required"),
+            ParamSpec("timeout_ms", .int(100...600_000), doc: "wyoming: longest wait for the connection and for each message of the server (default 15000)"),
         ]
 
         /// The audio format on `out`.
@@ -50,6 +59,13 @@ extension TTSNode {
                 return ["flite has no voice '\(voice)'; voices: \(FliteSynthesizer.Voice.names)"]
             case .espeakNG:
                 return EspeakLibrary.problem(voice: voice ?? EspeakSynthesizer.defaultVoice).map { [$0] } ?? []
+            case .wyoming:
+                guard let uri else { return ["engine wyoming needs uri: tcp://HOST:PORT (Wyoming servers usually listen on 10200 for speech synthesis)"] }
+                switch WyomingAddress.parse(uri) {
+                case .failure(let e): return [e.message]
+                case .success(.unix): return ["engine wyoming of tts takes uri tcp://HOST:PORT, got '\(uri)'"]
+                case .success(.tcp): return []
+                }
             }
         }
 
@@ -61,6 +77,10 @@ extension TTSNode {
                                  speed: speed, name: name)
             case .espeakNG:
                 EspeakSynthesizer(voice: voice ?? EspeakSynthesizer.defaultVoice, speed: speed, name: name)
+            case .wyoming:
+                // problems() has checked the uri: a configuration that skipped the check fails at its first sentence.
+                WyomingSynthesizer(address: uri.flatMap { try? WyomingAddress.parse($0).get() } ?? .tcp(host: "", port: 0),
+                                   voice: voice, timeout: timeoutMs.map { .milliseconds($0) } ?? WyomingSynthesizer.defaultTimeout)
             }
         }
     }
