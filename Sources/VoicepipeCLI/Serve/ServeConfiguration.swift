@@ -44,6 +44,26 @@ struct ServeConfiguration: Sendable {
         var idleTimeoutMs: Int
         /// Largest WebSocket message accepted.
         var maxFrameBytes: Int
+        /// The template's `app-sink` taking audio, if any: its audio goes back to the client.
+        var answer: Answer?
+    }
+
+    /// Where a session's answer audio comes from (websocket routes): the template's one `app-sink` fed
+    /// audio. Its frames go to the client as binary messages, at most `bufferMs` of them waiting.
+    struct Answer: Sendable {
+        var sinkID: String
+        /// What reaches the sink's `interrupt` input, as seen on the graph's events: node → the names
+        /// of its events that do (nil: all of them — its `events` output is linked there). These also
+        /// discard the answer audio the session holds but has not sent.
+        var interruptedBy: [String: Set<String>?]
+
+        /// True when `event` is one that reaches the sink's `interrupt` input.
+        func interrupts(_ event: Event) -> Bool {
+            guard let names = interruptedBy[event.node] else { return false }
+            return names?.contains(event.name) ?? true
+        }
+        /// Most answer audio waiting for a slow client, in milliseconds (oldest dropped beyond).
+        var bufferMs: Int
     }
 
     /// Where session events go (`nats:`): subjects `<subject_prefix>.<route>.<session>.<event>`.
@@ -204,7 +224,7 @@ struct ServeConfiguration: Sendable {
         guard let m = n.mapping else { problem(n, "a route is a mapping with name, protocol, path or port, and graph"); return nil }
         var name: String?, kind: FrontEnd?, path: String?, port: Int?, graph: String?
         var keys: [String: [Key]] = [:]
-        var maxDuration = 3600, maxBytes = 512 * 1024 * 1024, idle = 15_000, maxFrame = 1 << 20
+        var maxDuration = 3600, maxBytes = 512 * 1024 * 1024, idle = 15_000, maxFrame = 1 << 20, answerBuffer = 20_000
         for (k, v) in m {
             switch k.string ?? "" {
             case "name": name = v.string
@@ -220,6 +240,7 @@ struct ServeConfiguration: Sendable {
             case "max_bytes": maxBytes = int(v, "max_bytes", 1024...(1 << 40)) ?? maxBytes
             case "idle_timeout_ms": idle = int(v, "idle_timeout_ms", 100...3_600_000) ?? idle
             case "max_frame_bytes": maxFrame = int(v, "max_frame_bytes", 1024...(16 << 20)) ?? maxFrame
+            case "answer_buffer_ms": answerBuffer = int(v, "answer_buffer_ms", 100...600_000) ?? answerBuffer
             case "keys":
                 guard let km = v.mapping else { problem(v, "keys: expected { \"APPID\": { secret_id: …, secret_key: … } }"); continue }
                 for (appid, entry) in km {
@@ -233,7 +254,7 @@ struct ServeConfiguration: Sendable {
                     }
                 }
             default:
-                problem(k, "route: unknown key '\(k.string ?? "?")'; expected name, protocol, path, port, graph, keys, max_duration_s, max_bytes, idle_timeout_ms, max_frame_bytes")
+                problem(k, "route: unknown key '\(k.string ?? "?")'; expected name, protocol, path, port, graph, keys, max_duration_s, max_bytes, idle_timeout_ms, max_frame_bytes, answer_buffer_ms")
             }
         }
         guard let kind else { if m["protocol"] == nil { problem(n, "route: missing `protocol:`") }; return nil }
@@ -263,8 +284,37 @@ struct ServeConfiguration: Sendable {
             problem(n, "route '\(routeName)': the graph \(graph) must have exactly one app-source node (it has \(sources.count)); the session's audio goes there")
             return nil
         }
+        // An app-sink fed audio is where the session's answer comes from (websocket routes only).
+        let answerSinks = validated.nodes.filter { node in
+            node.descriptor.type == "app-sink" && validated.links.contains { l in
+                l.toNode == node.id && l.toPort == "in"
+                    && validated.node(l.fromNode)?.descriptor.outputs.first(where: { $0.name == l.fromPort })?.kinds.contains(.audio) == true
+            }
+        }
+        var answer: Answer?
+        if let sink = answerSinks.first {
+            guard answerSinks.count == 1 else {
+                problem(n, "route '\(routeName)': the graph \(graph) has \(answerSinks.count) app-sink nodes taking audio "
+                        + "(\(answerSinks.map(\.id).joined(separator: ", "))); the session's answer audio comes from one")
+                return nil
+            }
+            guard kind == .websocket else {
+                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only a websocket route sends back")
+                return nil
+            }
+            var interrupters: [String: Set<String>?] = [:]
+            for l in validated.links where l.toNode == sink.id && l.toPort == "interrupt" {
+                if l.fromPort == "events" {
+                    interrupters[l.fromNode] = .some(nil)
+                } else if validated.node(l.fromNode)?.descriptor.type == "barge-in" {
+                    // barge-in sends on `interrupt` what it emits as `barge_in`.
+                    interrupters[l.fromNode] = .some(["barge_in"])
+                }
+            }
+            answer = Answer(sinkID: sink.id, interruptedBy: interrupters, bufferMs: answerBuffer)
+        }
         return Route(name: routeName, kind: kind, path: path, port: port, graphPath: resolvedPath, graph: validated, sourceID: source.id,
                      format: AudioFormat(sampleRate: c.rate, channels: c.channels), keys: keys, maxDurationS: maxDuration,
-                     maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame)
+                     maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame, answer: answer)
     }
 }

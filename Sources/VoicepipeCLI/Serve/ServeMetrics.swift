@@ -18,6 +18,9 @@ final class ServeMetrics: Sendable {
         var drops: [String: Int] = [:]
         var mediaAgeP99: [String: Double] = [:]
         var firstResult: [String: [Double]] = [:]
+        var answerSeconds: [String: Double] = [:]
+        var answerDropped: [String: Int] = [:]
+        var answerDroppedSeconds: [String: Double] = [:]
     }
     private let state = Mutex(State())
     let started = ContinuousClock.now
@@ -51,6 +54,18 @@ final class ServeMetrics: Sendable {
         state.withLock { s in
             s.audioBytes[route, default: 0] += bytes
             s.frames[route, default: 0] += 1
+        }
+    }
+
+    /// Answer audio written to a client.
+    func answerSent(route: String, seconds: Double) { state.withLock { $0.answerSeconds[route, default: 0] += seconds } }
+
+    /// Answer audio dropped because its client fell behind (or left the end of the session unread).
+    func answerDropped(route: String, messages: Int, seconds: Double) {
+        guard messages > 0 else { return }
+        state.withLock { s in
+            s.answerDropped[route, default: 0] += messages
+            s.answerDroppedSeconds[route, default: 0] += seconds
         }
     }
 
@@ -104,6 +119,12 @@ final class ServeMetrics: Sendable {
         for (r, n) in s.frames.sorted(by: { $0.key < $1.key }) { line("voicepipe_audio_frames_total", [("route", r)], Double(n)) }
         header("voicepipe_drops_total", "counter", "Frames dropped inside session graphs (by their overflow policies).")
         for (r, n) in s.drops.sorted(by: { $0.key < $1.key }) { line("voicepipe_drops_total", [("route", r)], Double(n)) }
+        header("voicepipe_answer_audio_seconds_total", "counter", "Answer audio sent to clients (websocket routes with an app-sink).")
+        for (r, v) in s.answerSeconds.sorted(by: { $0.key < $1.key }) { line("voicepipe_answer_audio_seconds_total", [("route", r)], v) }
+        header("voicepipe_answer_audio_dropped_total", "counter", "Answer audio messages dropped, oldest first, because a client fell behind by more than answer_buffer_ms.")
+        for (r, n) in s.answerDropped.sorted(by: { $0.key < $1.key }) { line("voicepipe_answer_audio_dropped_total", [("route", r)], Double(n)) }
+        header("voicepipe_answer_audio_dropped_seconds_total", "counter", "Seconds of answer audio dropped because a client fell behind.")
+        for (r, v) in s.answerDroppedSeconds.sorted(by: { $0.key < $1.key }) { line("voicepipe_answer_audio_dropped_seconds_total", [("route", r)], v) }
         header("voicepipe_media_age_p99_ms", "gauge", "p99 media age at the sinks of the last session that ended.")
         for (r, v) in s.mediaAgeP99.sorted(by: { $0.key < $1.key }) { line("voicepipe_media_age_p99_ms", [("route", r)], v) }
         header("voicepipe_errors_total", "counter", "Errors by route and code.")

@@ -328,6 +328,11 @@ private final class WebSocketSessionHandler: ChannelInboundHandler {
         }
     }
 
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { session.writable() }
+        context.fireChannelWritabilityChanged()
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
         session.disconnected()
         context.fireChannelInactive()

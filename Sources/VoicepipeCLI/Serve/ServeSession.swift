@@ -13,13 +13,18 @@ import Synchronization
 ///
 /// - `websocket`: every event as one JSON object per text message (the `jsonl-sink` format); a text
 ///   message `{"type":"end"}` (or closing) ends the audio, the last events follow, then a normal close.
+///   When the template has an `app-sink` fed audio (``ServeConfiguration/Answer``), that audio goes back
+///   as binary messages (little-endian s16 PCM) with the notes ``SessionOutbox`` describes; the answer's
+///   remaining audio is sent before the close.
 /// - `tencent-asr`: Tencent's real-time ASR v2 (``TencentFrontEnd``): the signed query is checked, then
 ///   `{"code":0,...}`; `transcript` events become result messages (`slice_type` 0/1/2, `index`,
 ///   `voice_text_str`), `{"type":"end"}` is answered with the last results and `final: 1`; errors are the
 ///   service's codes (4002 signature, 4006 too many sessions, 4008 no audio for the idle time, ...).
 ///
 /// A session ends cleanly on the client's end, at `max_duration_s` (the audio so far is finished) and at
-/// shutdown; a disconnected client stops the graph at once. Nothing a session does affects another.
+/// shutdown; a disconnected client stops the graph at once. Nothing a session does affects another:
+/// everything it writes goes through its ``SessionOutbox`` and is written only while the connection
+/// takes it, so a client that does not read holds up neither its graph nor the server.
 final class ServeSession: Sendable {
     enum Inbound: Sendable {
         case binary(ByteBuffer)
@@ -45,8 +50,17 @@ final class ServeSession: Sendable {
         var lastAudio = ContinuousClock.now
         var firstResultSent = false
         var tencent = TencentFrontEnd.State()
+        /// What waits to be written, in order.
+        var outbox: SessionOutbox
+        /// When the client last took something (the outbox shrank).
+        var lastProgress = ContinuousClock.now
+        var warnedDrops = false
     }
-    private let state = Mutex(State())
+    private let state: Mutex<State>
+
+    /// At the end of a session, how long the client may take nothing before the answer audio it has not
+    /// taken is dropped and the connection closed.
+    static let stallLimit: Duration = .seconds(5)
 
     init(server: ServeServer, route: ServeConfiguration.Route, head: HTTPRequestHead, captures: [String: String], channel: any Channel) {
         self.server = server
@@ -54,6 +68,7 @@ final class ServeSession: Sendable {
         self.head = head
         self.captures = captures
         self.channel = channel
+        state = Mutex(State(outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
         (messages, inbox) = AsyncStream.makeStream(of: Inbound.self, bufferingPolicy: .unbounded)
     }
 
@@ -75,6 +90,7 @@ final class ServeSession: Sendable {
         let wasOpen = state.withLock { s -> Bool in
             defer { s.closed = true }
             if !s.finished { s.outcome = "disconnected" }
+            s.outbox.removeAll()
             return !s.closed
         }
         if wasOpen { inbox.finish() }
@@ -127,10 +143,20 @@ final class ServeSession: Sendable {
         if state.withLock({ $0.closed }) { pipeline.stop() }
         if route.kind == .tencentASR { send(json: ["code": 0, "message": "success", "voice_id": voiceID]) }
         let events = pipeline.events(buffer: 10_000)
+        let answerRoute = route.answer
         let forwarding = Task { [self] in
             for await e in events {
                 bus.forward(e)
                 self.forward(e, voiceID: voiceID)
+                if answerRoute?.interrupts(e) == true { self.interruptAnswer() }
+            }
+        }
+        // The answer's audio: taken from the app-sink as it comes (the graph never waits for the client).
+        let answering = route.answer.flatMap { pipeline.appSink($0.sinkID) }.map { sink in
+            Task { [self] in
+                for await frame in sink.frames {
+                    if let audio = frame.audio { self.answer(audio, marks: frame.marks) }
+                }
             }
         }
         let running = Task { try await pipeline.run() }
@@ -141,6 +167,9 @@ final class ServeSession: Sendable {
         do { try await running.value } catch { failure = error }
         // The bus ends with the pipeline; the forwarder may still be writing the last events.
         _ = await forwarding.value
+        if failure != nil { answering?.cancel() }
+        await answering?.value
+        if failure == nil { await drainOutbox() }
         let stats = pipeline.edgeStats
         let drops = stats.reduce(0) { $0 + Int($1.dropped) }
         let age = pipeline.sinkAges.map(\.age.p99Ms).max()
@@ -273,6 +302,52 @@ final class ServeSession: Sendable {
         }
     }
 
+    /// One frame of the answer's audio, queued for the client (the oldest waiting audio dropped if the
+    /// client is more than `answer_buffer_ms` behind).
+    private func answer(_ audio: AudioBuffer, marks: FrameMarks) {
+        let result = state.withLock { s -> (dropped: (messages: Int, nanos: Int64), warn: Bool)? in
+            guard !s.closed else { return nil }
+            let dropped = s.outbox.audio(audio, marks: marks)
+            let warn = dropped.messages > 0 && !s.warnedDrops
+            if warn { s.warnedDrops = true }
+            return (dropped, warn)
+        }
+        guard let result else { return }
+        if result.dropped.messages > 0 {
+            server.metrics.answerDropped(route: route.name, messages: result.dropped.messages, seconds: Double(result.dropped.nanos) / 1e9)
+        }
+        if result.warn {
+            logger.info("route '\(route.name)': a client is more than \(route.answer?.bufferMs ?? 0) ms behind the answer audio; dropping the oldest")
+        }
+        pump()
+    }
+
+    /// An event on the answer sink's `interrupt` input: the answer audio not yet sent is discarded and
+    /// the client told (`audio_flush`).
+    private func interruptAnswer() {
+        let flushed = state.withLock { s -> Bool in
+            guard !s.closed, s.outbox.hasAnswered else { return false }
+            s.outbox.flushAudio()
+            return true
+        }
+        if flushed { pump() }
+    }
+
+    /// Waits until the client has taken everything queued, or has taken nothing for ``stallLimit``.
+    private func drainOutbox() async {
+        guard route.answer != nil else { return }
+        state.withLock { $0.lastProgress = .now }
+        while true {
+            let (empty, closed, last) = state.withLock { ($0.outbox.isEmpty, $0.closed, $0.lastProgress) }
+            if empty || closed { return }
+            if ContinuousClock.now - last > Self.stallLimit {
+                logger.info("route '\(route.name)': the client took nothing for \(Self.stallLimit); closing without the rest of the answer audio")
+                return
+            }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     private func noteFirstResult() {
         let first = state.withLock { s -> Bool in defer { s.firstResultSent = true }; return !s.firstResultSent }
         if first { server.metrics.firstResult(route: route.name, seconds: Self.seconds(ContinuousClock.now - opened)) }
@@ -296,21 +371,73 @@ final class ServeSession: Sendable {
     }
 
     private func send(text: String) {
-        guard !state.withLock({ $0.closed }) else { return }
-        let buffer = channel.allocator.buffer(string: text)
-        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: buffer), promise: nil)
+        let queued = state.withLock { s -> Bool in
+            guard !s.closed else { return false }
+            s.outbox.text(text)
+            return true
+        }
+        if queued { pump() }
     }
 
+    /// The connection can take more (NIO's writability went up again).
+    func writable() { pump() }
+
+    /// Writes what waits while the connection takes it — on the channel's event loop, where
+    /// writability is exact — so at most NIO's high watermark plus one message is in flight.
+    private func pump() {
+        let loop = channel.eventLoop
+        if loop.inEventLoop { pumpOnLoop() } else { loop.execute { self.pumpOnLoop() } }
+    }
+
+    private func pumpOnLoop() {
+        var wrote = false
+        var audioNanos: Int64 = 0
+        while channel.isWritable {
+            guard let m = state.withLock({ s -> SessionOutbox.Message? in s.closed ? nil : s.outbox.next() }) else { break }
+            write(m)
+            wrote = true
+            if case .audio(_, let nanos) = m { audioNanos += nanos }
+        }
+        guard wrote else { return }
+        channel.flush()
+        state.withLock { $0.lastProgress = .now }
+        if audioNanos > 0 { server.metrics.answerSent(route: route.name, seconds: Double(audioNanos) / 1e9) }
+    }
+
+    private func write(_ message: SessionOutbox.Message) {
+        switch message {
+        case .text(let text):
+            channel.write(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: text)), promise: nil)
+        case .audio(let bytes, _):
+            channel.write(WebSocketFrame(fin: true, opcode: .binary, data: channel.allocator.buffer(bytes: bytes)), promise: nil)
+        }
+    }
+
+    /// Closes the connection: the answer audio still waiting is dropped (counted), the text messages
+    /// still waiting are written, then `audio_stats` (routes with an answer), then the close frame.
     private func close(_ code: WebSocketErrorCode) {
         let already = state.withLock { s -> Bool in defer { s.closed = true }; return s.closed }
         guard !already else { return }
-        var buffer = channel.allocator.buffer(capacity: 2)
-        buffer.write(webSocketErrorCode: code)
-        let channel = self.channel
-        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: buffer)).whenComplete { _ in
-            channel.eventLoop.scheduleTask(in: .milliseconds(200)) { channel.close(promise: nil) }
-        }
         inbox.finish()
+        let channel = self.channel
+        channel.eventLoop.execute { [self] in
+            let (rest, dropped, stats) = state.withLock { s -> ([SessionOutbox.Message], (messages: Int, nanos: Int64), String?) in
+                let dropped = s.outbox.dropWaitingAudio()
+                var rest: [SessionOutbox.Message] = []
+                while let m = s.outbox.next() { rest.append(m) }
+                return (rest, dropped, route.answer == nil ? nil : s.outbox.statsNote)
+            }
+            server.metrics.answerDropped(route: route.name, messages: dropped.messages, seconds: Double(dropped.nanos) / 1e9)
+            for m in rest { write(m) }
+            if let stats { write(.text(stats)) }
+            var buffer = channel.allocator.buffer(capacity: 2)
+            buffer.write(webSocketErrorCode: code)
+            channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: buffer)).whenComplete { _ in
+                channel.eventLoop.scheduleTask(in: .milliseconds(200)) { channel.close(promise: nil) }
+            }
+            // A client that reads nothing never takes the close frame: the connection goes anyway.
+            channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+        }
     }
 
     /// Tencent closes a refused connection after its error message.
