@@ -351,6 +351,86 @@ struct ServeAnswerAudioTests {
         #expect(metrics.contains("voicepipe_sessions_active{route=\"assistant\"} 0"), "\(metrics)")
     }
 
+    @Test("events reaching the sink's interrupt input (vad.events -> speaker.interrupt) tell the client to flush: audio_flush after speech over the answer")
+    func interruptSendsFlush() throws {
+        let dir = tempDir()
+        let chatPort = ServeTests.freePort()
+        let chat = try Self.chatServer(port: chatPort, answer: "The garage door is open now.", log: dir.appendingPathComponent("chat.log"))
+        defer { chat.signal(SIGTERM); _ = chat.wait(timeout: 5) }
+        let template = try writeGraph("""
+            version: 1
+            nodes:
+              mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
+              vad:     { type: vad, stop_ms: 350 }
+              slicer:  { type: slicer, mode: utterance, slice_ms: 600, delivery: stream }
+              asr:     { type: asr, engine: pocketsphinx }
+              chat:    { type: chat, url: "${CHAT_URL}" }
+              tts:     { type: tts }
+              speaker: { type: app-sink, capacity: 200 }
+            links:
+              - mic -> vad -> slicer -> asr
+              - asr.text -> chat
+              - chat.text -> tts -> speaker
+              - vad.events -> speaker.interrupt
+            """, in: dir, name: "interruptible.yaml")
+        let port = ServeTests.freePort()
+        let config = dir.appendingPathComponent("serve.yaml")
+        try """
+            listen: { host: 127.0.0.1, port: \(port) }
+            routes:
+              - name: assistant
+                path: /ws/assistant
+                protocol: websocket
+                graph: \(template)
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let server = try Running(voicepipeBinary, ["serve", config.path], environment: ["CHAT_URL": "http://127.0.0.1:\(chatPort)"])
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        var up = false
+        for _ in 0..<100 where !up {
+            up = (try? ServeTests.http(port, "/healthz").status) == 200
+            if !up { usleep(100_000) }
+        }
+        try #require(up, "\(server.wait(timeout: 1).stderr)")
+        let wav = try ServeTests.speech(dir, "please open the garage door")
+        // Speaks, waits for the whole answer (audio_end), speaks again, ends.
+        let r = try ServeTests.voicepipeLike("/usr/bin/python3", ["-c", """
+            import asyncio, json, sys
+            sys.path.insert(0, "\(Self.bench)")
+            import serve_client as c
+            async def main():
+                ws = await c.WebSocket.connect("ws://127.0.0.1:\(port)/ws/assistant")
+                audio, rate = c.pcm("\(wav)")
+                answered = asyncio.Event()
+                async def reader():
+                    while True:
+                        m = await ws.receive()
+                        if m is None: break
+                        if isinstance(m, str):
+                            print(m, flush=True)
+                            if '"audio_end"' in m: answered.set()
+                        else:
+                            print("BINARY", len(m), flush=True)
+                task = asyncio.create_task(reader())
+                await c.stream(ws, audio, rate, pace=0)
+                await asyncio.wait_for(answered.wait(), 60)
+                print("SECOND", flush=True)
+                await c.stream(ws, audio, rate, pace=0)
+                await ws.send_text(json.dumps({"type": "end"}))
+                await asyncio.wait_for(task, 60)
+                print("closed", ws.close_code, flush=True)
+            asyncio.run(main())
+            """], timeout: 120)
+        #expect(r.status == 0, "\(r.stderr)")
+        let lines = r.stdout.split(separator: "\n")
+        let second = try #require(lines.firstIndex(of: "SECOND"), "\(r.stdout)")
+        // Nothing was flushed before the person spoke over the answer; after, a flush note follows the VAD's speech_start.
+        #expect(!lines[..<second].contains { $0.contains("\"audio_flush\"") }, "\(r.stdout)")
+        let speech = try #require(lines[second...].firstIndex { $0.contains("\"speech_start\"") }, "\(r.stdout)")
+        let flush = try #require(lines[second...].firstIndex { $0.contains("\"audio_flush\"") }, "\(r.stdout)")
+        #expect(speech < flush)
+        #expect(r.stdout.hasSuffix("closed 1000\n"), "\(r.stdout)")
+    }
+
     @Test("a template answering with audio is refused on a non-websocket route, and with two audio app-sinks; the shipped serve.yaml checks")
     func configurationChecks() throws {
         let dir = tempDir()
