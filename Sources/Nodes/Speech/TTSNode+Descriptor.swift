@@ -9,6 +9,8 @@ extension TTSNode {
         case espeakNG = "espeak-ng"
         /// Any Wyoming text-to-speech server (wyoming-piper, ...), at `uri`.
         case wyoming
+        /// Tencent Cloud's real-time speech synthesis (WebSocket).
+        case tencent
 
         /// One line per engine for `voicepipe nodes`.
         var summary: String {
@@ -16,6 +18,7 @@ extension TTSNode {
             case .flite: "flite (embedded; voices \(FliteSynthesizer.Voice.names), default \(FliteSynthesizer.Voice.defaultVoice.rawValue))"
             case .espeakNG: "espeak-ng (embedded; voice = a language as `espeak-ng -v` takes it: en, en-us, cmn, ...; default \(EspeakSynthesizer.defaultVoice))"
             case .wyoming: "wyoming (a Wyoming TTS server at uri, e.g. wyoming-piper; voice = the server's voice name)"
+            case .tencent: "tencent (Tencent Cloud real-time synthesis; voice = a VoiceType number)"
             }
         }
     }
@@ -34,18 +37,39 @@ extension TTSNode {
         public var frameMs: Int
         /// `wyoming`: the server, `tcp://host:port`.
         public var uri: String?
-        /// `wyoming`: longest wait for the connection and for each message of the server, ms.
+        /// `wyoming`, `tencent`: longest wait for the connection and for each message of the server, ms.
         public var timeoutMs: Int?
+        /// `tencent`: AppId, SecretId, SecretKey (`nil`: from the environment).
+        public var appID: String?
+        public var secretID: String?
+        public var secretKey: String?
+        /// `tencent`: where to connect (default ``TencentSynthesizer/defaultEndpoint``).
+        public var endpoint: String?
+        /// `tencent`: PEM file of CA certificates to trust instead of the system's.
+        public var caFile: String?
+        /// Environment variables the credentials fall back to (not a parameter: the node's
+        /// ``NodeEnvironment/variables``, set when the node is made).
+        public var environment: [String: String] = [:]
+
+        enum CodingKeys: String, CodingKey {
+            case engine, voice, rate, speed, frameMs, uri, timeoutMs, endpoint, caFile
+            case appID = "appId", secretID = "secretId", secretKey
+        }
 
         public static let parameters: [ParamSpec] = [
             ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: .string(Engine.flite.rawValue),
                       doc: "synthesizer: " + Engine.allCases.map(\.summary).joined(separator: "; ")),
-            ParamSpec("voice", .string, doc: "the engine's voice (flite: \(FliteSynthesizer.Voice.names); espeak-ng: a language such as en-us or cmn, optionally +variant; wyoming: the server's voice name)"),
+            ParamSpec("voice", .string, doc: "the engine's voice (flite: \(FliteSynthesizer.Voice.names); espeak-ng: a language such as en-us or cmn, optionally +variant; wyoming: the server's voice name; tencent: a VoiceType number such as 101001)"),
             ParamSpec("rate", .int(1000...384_000), default: 16000, doc: "sample rate of the audio on out (mono), converted from the engine's own"),
-            ParamSpec("speed", .double(0.25...4), default: 1.0, doc: "speaking rate as a factor of the voice's own (espeak-ng: 175 words per minute times this, within 80...450; wyoming: the server's own)"),
+            ParamSpec("speed", .double(0.25...4), default: 1.0, doc: "speaking rate as a factor of the voice's own (espeak-ng: 175 words per minute times this, within 80...450; tencent: 0.6...2.5; wyoming: the server's own)"),
             ParamSpec("frame_ms", .int(1...1000), default: 20, doc: "length of the audio frames on out"),
             ParamSpec("uri", .string, doc: "wyoming: the server, tcp://HOST:PORT (IPv6 tcp://[ADDR]:PORT); required"),
-            ParamSpec("timeout_ms", .int(100...600_000), doc: "wyoming: longest wait for the connection and for each message of the server (default 15000)"),
+            ParamSpec("timeout_ms", .int(100...600_000), doc: "wyoming, tencent: longest wait for the connection and for each message of the server (default 15000)"),
+            ParamSpec("app_id", .string, doc: "tencent: AppId (default: $TENCENTCLOUD_APPID)"),
+            ParamSpec("secret_id", .string, secret: true, doc: "tencent: SecretId (default: $TENCENTCLOUD_SECRET_ID)"),
+            ParamSpec("secret_key", .string, secret: true, doc: "tencent: SecretKey (default: $TENCENTCLOUD_SECRET_KEY)"),
+            ParamSpec("endpoint", .string, doc: "tencent: the service URL (default \(TencentSynthesizer.defaultEndpoint)); ws://HOST:PORT[/PATH] for a local server"),
+            ParamSpec("ca_file", .string, doc: "tencent: PEM file of CA certificates to trust instead of the system's"),
         ]
 
         /// The audio format on `out`.
@@ -66,6 +90,8 @@ extension TTSNode {
                 case .success(.unix): return ["engine wyoming of tts takes uri tcp://HOST:PORT, got '\(uri)'"]
                 case .success(.tcp): return []
                 }
+            case .tencent:
+                return TencentSynthesizer.Settings.problems(self)
             }
         }
 
@@ -81,6 +107,8 @@ extension TTSNode {
                 // problems() has checked the uri: a configuration that skipped the check fails at its first sentence.
                 WyomingSynthesizer(address: uri.flatMap { try? WyomingAddress.parse($0).get() } ?? .tcp(host: "", port: 0),
                                    voice: voice, timeout: timeoutMs.map { .milliseconds($0) } ?? WyomingSynthesizer.defaultTimeout)
+            case .tencent:
+                TencentSynthesizer(self)
             }
         }
     }
@@ -94,5 +122,9 @@ extension TTSNode {
                   .events],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
-        make: { c, _ in TTSNode(configuration: c) })
+        make: { c, env in
+            var c = c
+            c.environment = env.variables
+            return TTSNode(configuration: c)
+        })
 }
