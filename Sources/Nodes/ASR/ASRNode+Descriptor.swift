@@ -94,8 +94,9 @@ extension ASRNode {
             guard let selected = engineDescriptor else { return [] }
             var own = Set(selected.parameters.map(\.name))
             if let fallback, let other = ASREngines.descriptor(fallback) {
-                if fallback == engine { return ["fallback is the engine itself (\(engine))"] }
-                own.formUnion(other.parameters.map(\.name))
+                // A fallback that is the engine itself (`--set asr.engine=` on a graph that names
+                // one) has nothing else to run: it is no fallback.
+                if fallback != engine { own.formUnion(other.parameters.map(\.name)) }
             }
             var problems: [String] = []
             for other in ASREngines.all where other.name != engine {

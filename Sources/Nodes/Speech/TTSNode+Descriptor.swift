@@ -117,8 +117,9 @@ extension TTSNode {
     public static let descriptor = NodeDescriptor(
         type: "tts", summary: "Speech synthesis: text in, audio out sentence by sentence as soon as each is ready (engines: \(Engine.allCases.map(\.rawValue).joined(separator: ", ")))",
         family: "services",
-        inputs: [PortSpec("text", [.text], doc: "texts to speak; each is cut into sentences, synthesized in order")],
-        outputs: [PortSpec("out", [.audio], doc: "the speech, mono at `rate`, in `frame_ms` frames; a text's first frame marked speechStart, its last speechEnd"),
+        inputs: [PortSpec("text", [.text], doc: "texts to speak; each is cut into sentences, synthesized in order"),
+                 .interrupt("any event cancels the answer being spoken and drops the texts waiting")],
+        outputs: [PortSpec("out", [.audio], doc: "the speech, mono at `rate`, in `frame_ms` frames; a text's first frame marked speechStart, its last speechEnd; every frame captioned with its sentence"),
                   .events],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
