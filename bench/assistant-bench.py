@@ -159,6 +159,19 @@ class Assistant:
             self.p.kill()
 
 
+def leading_silence(path):
+    """Seconds before the first sample louder than -40 dBFS."""
+    import wave
+    import array
+    with wave.open(path) as w:
+        rate = w.getframerate()
+        data = array.array("h", w.readframes(w.getnframes()))
+    for i, x in enumerate(data):
+        if abs(x) > 328:
+            return i / rate
+    return 0.0
+
+
 def pct(xs, q):
     xs = sorted(xs)
     if not xs:
@@ -197,15 +210,20 @@ def trials(args, env, tmp):
                 b = os.path.join(tmp, f"b{n}.wav")
                 say(rng.choice(INTERRUPTIONS), rng.choice(VOICES), b)
                 j = a.mark()
+                played_at = time.time()
                 room.play(b).wait()
                 cut = a.wait(j, "interrupted", 3)
-                starts = a.since(j, "speech_start")
                 row["interrupted"] = cut is not None
-                if cut and starts:
-                    # Onset on the capture clock: capture_started's ts plus the VAD's media time.
-                    cap = next((e for e in a.events if e["event"] == "capture_started"), {"ts": 0})
-                    onset = cap["ts"] + starts[0]["media_ms"] / 1000
-                    row["stop_ms"] = (cut["ts"] - onset) * 1000
+                if cut:
+                    # From the first sound of the interruption (paplay's start plus the file's leading
+                    # silence; the sound server's latency included) to the sink's interrupted event.
+                    row["stop_ms"] = (cut["wall"] - played_at - leading_silence(b)) * 1000
+                    # In the process: from the onset as the VAD heard it (its speech_start's ts less the
+                    # speech it had heard) to the sink's interrupted.
+                    starts = [e for e in a.since(j, "speech_start") if e["ts"] <= cut["ts"]]
+                    if starts:
+                        s0 = starts[-1]
+                        row["stop_in_process_ms"] = (cut["ts"] - s0["ts"]) * 1000 + s0.get("speech_ms", 0)
                 time.sleep(4)   # the person's turn is answered: let it play out a little
                 a.wait(a.mark(), "never", 0)
                 # Wait for the second answer to finish before the next trial.
@@ -214,6 +232,7 @@ def trials(args, env, tmp):
                 time.sleep(10.5)   # the whole answer, about 9.5 s, plays through the echo path
                 during = a.since(i)
                 row["barge_ins"] = len([e for e in during if e["event"] == "barge_in"])
+                row["barge_in_at"] = [round(e["ts"] - start["ts"], 2) for e in during if e["event"] == "barge_in"]
                 row["interrupted"] = any(e["event"] == "interrupted" for e in during)
                 heard = [e.get("text", "") for e in during if e["event"] == "transcript" and e.get("final")
                          and e["ts"] > start["ts"]]
@@ -276,13 +295,14 @@ def main():
     barge = [r for r in rows["barge"] if r.get("answered")]
     if rows["echo"] or rows["barge"]:
         lines += ["## Echo and barge-in (answer played through a simulated loudspeaker echo path)", "",
-                  "| trials | answered | barge-ins / interruptions | own words transcribed | stop after speech onset, ms p50 / p95 / max |",
-                  "|---|---|---|---|---|"]
+                  "| trials | answered | barge-ins / interruptions | own words transcribed | stop after the first sound of the interruption, ms p50 / p95 / max | stop after the onset the VAD heard, ms p50 / p95 |",
+                  "|---|---|---|---|---|---|"]
         lines.append(f"| echo only: {len(rows['echo'])} | {len(echo)} | {sum(r['barge_ins'] for r in echo)} / "
-                     f"{sum(1 for r in echo if r['interrupted'])} | {sum(r['own_words'] for r in echo)} | — |")
+                     f"{sum(1 for r in echo if r['interrupted'])} | {sum(r['own_words'] for r in echo)} | — | — |")
         stops = [r["stop_ms"] for r in barge if "stop_ms" in r]
+        inproc = [r["stop_in_process_ms"] for r in barge if "stop_in_process_ms" in r]
         lines.append(f"| person speaks over it: {len(rows['barge'])} | {len(barge)} | {sum(1 for r in barge if r['interrupted'])} interrupted | — | "
-                     f"{pct(stops, .5):.0f} / {pct(stops, .95):.0f} / {max(stops) if stops else float('nan'):.0f} |")
+                     f"{pct(stops, .5):.0f} / {pct(stops, .95):.0f} / {max(stops) if stops else float('nan'):.0f} | {pct(inproc, .5):.0f} / {pct(inproc, .95):.0f} |")
         lines.append("")
     if lat:
         lines += ["## Voice-to-voice latency (end of speech → first answer sample leaving the loudspeaker)", "",

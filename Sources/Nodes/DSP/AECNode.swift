@@ -1,3 +1,4 @@
+import Foundation
 import CEchoCancel
 import PipelineCore
 
@@ -25,7 +26,8 @@ import PipelineCore
 /// … → tts → speaker), and the node ends with its microphone, without waiting for the reference to end.
 ///
 /// `ref` is a feedback input: `speaker.out -> aec.ref` may close a loop through the graph (mic → aec →
-/// … → tts → speaker); the node ends with its microphone, without waiting for the reference to end.
+/// … → tts → speaker); then the node ends with its microphone, without waiting for the reference to
+/// end. An independent reference (a peer's audio in the intercom) is read to its end, as before.
 ///
 /// The reference is converted to the microphone's format when they differ. `aec_stats` events report
 /// the measured echo reduction (`erle_db`, over blocks with reference), the engine's delay estimate and
@@ -60,11 +62,11 @@ public actor AECNode: Node {
                 for await frame in context.input("ref") { try await self.addReference(frame) }
                 await self.endReference()
             }
-            // The microphone decides the end: `ref` may be fed back from the loudspeaker the output
-            // drives (a loop), so its end is not waited for.
             for await frame in context.input("in") { try await self.processMic(frame, context: context) }
             try await self.finishMic(context: context)
-            group.cancelAll()
+            // A reference fed back from the loudspeaker this output drives (a loop) ends only after
+            // this node does: it is not waited for. An independent reference (a peer's audio) is.
+            if context.input("ref").closesLoop { group.cancelAll() }
             try await group.waitForAll()
         }
         try await report(context, force: true)
@@ -233,6 +235,7 @@ public actor AECNode: Node {
                 }
             }
             if rc < 0 { context.count("aec_errors") }
+            if configuration.echoGateDb > 0 { gate(&out, far: far) }
             processed.append(contentsOf: out.prefix(real))
             micPending.removeFirst(real)
             micPosition = position + Int64(real / format.channels)
@@ -242,6 +245,40 @@ public actor AECNode: Node {
             let samples = processed.prefix(first.samples)
             processed.removeFirst(first.samples)
             try await context.send(Frame(payload: .audio(AudioBuffer(format: format, samples: samples)), pts: first.pts, marks: first.marks))
+        }
+    }
+
+    // MARK: echo gate
+
+    /// Levels (dBFS) of the last reference blocks: the loudspeaker's recent loudness, over as long as
+    /// an echo can lag behind it.
+    private var farLevels: [Double] = []
+    private var farHead = 0
+    private(set) var gatedBlocks = 0
+
+    /// Level of a block in dBFS (-120 for silence).
+    static func level(_ samples: [Int16]) -> Double {
+        guard !samples.isEmpty else { return -120 }
+        var sum = 0.0
+        for x in samples { let v = Double(x); sum += v * v }
+        let ms = sum / Double(samples.count) / (32768.0 * 32768.0)
+        return ms > 1e-12 ? 10 * log10(ms) : -120
+    }
+
+    /// `echo_gate_db`: a block whose output stays more than that below the loudest reference of the
+    /// last 600 ms is taken for the residual echo the filter left (a person speaking is at least as loud
+    /// as the echo, and passes) and silenced, so a VAD downstream does not hear the loudspeaker.
+    private func gate(_ out: inout [Int16], far: [Int16]) {
+        let window = 60
+        if farLevels.count < window { farLevels.append(Self.level(far)) } else {
+            farLevels[farHead] = Self.level(far)
+            farHead = (farHead + 1) % window
+        }
+        let loudest = farLevels.max() ?? -120
+        guard loudest > -50 else { return }
+        if Self.level(out) < loudest - Double(configuration.echoGateDb) {
+            for i in out.indices { out[i] = 0 }
+            gatedBlocks += 1
         }
     }
 
@@ -264,6 +301,10 @@ public actor AECNode: Node {
         }
         if s.delay_ms >= 0 { fields.append(("delay_ms", .int(Int64(s.delay_ms)))) }
         if s.far_level_dbfs.isFinite { fields.append(("ref_level_dbfs", .double((s.far_level_dbfs * 10).rounded() / 10))) }
+        if configuration.echoGateDb > 0 {
+            fields.append(("gated_ms", .int(Int64(gatedBlocks) * blockMs)))
+            context.gauge("echo_gated_ms", Double(gatedBlocks) * Double(blockMs))
+        }
         try await context.emit("aec_stats", fields)
     }
 
@@ -282,6 +323,7 @@ public actor AECNode: Node {
         public var engine: Engine
         public var reference: Reference
         public var delayMs: Int
+        public var echoGateDb: Int
         public var filterMs: Int
         public var maxRefMs: Int
         public var noiseSuppression: Int
@@ -295,6 +337,8 @@ public actor AECNode: Node {
             ParamSpec("delay_ms", .int(0...500), default: 0, doc: "delay of the echo behind the reference to start from (the estimator refines it)"),
             ParamSpec("filter_ms", .int(0...1000), default: 0, doc: "echo tail the filter covers: speex 0 = 100 ms after the delay; webrtc ≤ 64 normal (48 ms), > 64 extended (128 ms)"),
             ParamSpec("suppression", .int(0...3), doc: "residual echo suppression: webrtc 0 low (default), 1 moderate, 2 high; speex 0 off, 1, 2 (default), 3"),
+            ParamSpec("echo_gate_db", .int(0...60), default: 0,
+                      doc: "silence output blocks more than this below the loudest reference of the last 600 ms (residual echo; a person speaking passes); 0 = off"),
             ParamSpec("max_ref_ms", .int(20...10_000), default: 1000, doc: "arrival: reference held at most; older is dropped (ref_dropped_ms)"),
             ParamSpec("noise_suppression", .int(0...4), default: 0, doc: "noise suppression level (0 = off)"),
             ParamSpec("stats_interval_ms", .int(0...3_600_000), default: 5000, doc: "aec_stats event period (0 = only at the end)"),

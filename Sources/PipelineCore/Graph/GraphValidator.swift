@@ -24,6 +24,9 @@ public struct ResolvedLink: Sendable, Hashable {
     public var toPort: String
     public var capacity: Int
     public var overflow: OverflowPolicy
+    /// The link closes a loop (it feeds a feedback input of a node upstream of its producer, as
+    /// `speaker.out -> aec.ref` does): its consumer must not wait for its end of stream.
+    public var closesLoop: Bool = false
 
     /// `from.port -> to.port`.
     public var label: String { "\(fromNode).\(fromPort) -> \(toNode).\(toPort)" }
@@ -158,7 +161,7 @@ public enum GraphValidator {
         // Links and ports.
         var links: [(ResolvedLink, SourceLocation)] = []
         var feedbackPorts: Set<String> = []
-        var defaultedOverflow: Set<ResolvedLink> = []
+        var defaultedOverflow: Set<String> = []   // labels of links whose overflow was not written
         for l in spec.links {
             var ok = true
             for end in [l.from.node, l.to.node] where !known.contains(end) {
@@ -188,7 +191,7 @@ public enum GraphValidator {
                                     capacity: l.capacity ?? GraphLoader.defaultCapacity, overflow: overflow)
             if inp.feedback {
                 feedbackPorts.insert(link.toNode + "." + link.toPort)
-                if l.overflow == nil { defaultedOverflow.insert(link) }
+                if l.overflow == nil { defaultedOverflow.insert(link.label) }
             }
             links.append((link, l.location))
         }
@@ -230,8 +233,10 @@ public enum GraphValidator {
         var loosened: Set<String> = []
         for i in uniqueLinks.indices where isFeedback(uniqueLinks[i].0) {
             let l = uniqueLinks[i].0
-            guard let f = rank[l.fromNode], let t = rank[l.toNode], f >= t, l.overflow == .block else { continue }
-            if defaultedOverflow.contains(l) {
+            guard let f = rank[l.fromNode], let t = rank[l.toNode], f >= t else { continue }
+            uniqueLinks[i].0.closesLoop = true
+            guard l.overflow == .block else { continue }
+            if defaultedOverflow.contains(l.label) {
                 uniqueLinks[i].0.overflow = .dropOldest
                 loosened.insert(l.toNode + "." + l.toPort)
             } else {
@@ -241,7 +246,7 @@ public enum GraphValidator {
         }
         // Links fanning into a loosened input share its queue and its policy.
         for i in uniqueLinks.indices where loosened.contains(uniqueLinks[i].0.toNode + "." + uniqueLinks[i].0.toPort)
-            && defaultedOverflow.contains(uniqueLinks[i].0) {
+            && defaultedOverflow.contains(uniqueLinks[i].0.label) {
             uniqueLinks[i].0.overflow = .dropOldest
         }
 

@@ -128,7 +128,9 @@ public final class Pipeline: Sendable {
             }
             var inputs: [String: InputPort] = [:]
             for p in n.descriptor.inputs {
-                inputs[p.name] = InputPort(name: p.name, edge: edges["\(n.id).\(p.name)"], carrier: carrier, lateness: lateness)
+                let loops = graph.links.contains { $0.toNode == n.id && $0.toPort == p.name && $0.closesLoop }
+                inputs[p.name] = InputPort(name: p.name, edge: edges["\(n.id).\(p.name)"], carrier: carrier, lateness: lateness,
+                                           closesLoop: loops)
             }
             var nodeLogger = logger
             nodeLogger[metadataKey: "node"] = .string(n.id)

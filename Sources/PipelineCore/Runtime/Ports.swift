@@ -10,12 +10,16 @@ public final class InputPort: AsyncSequence, Sendable {
     let edge: BoundedEdge?
     let carrier: AgeCarrier?
     let lateness: LatenessWatch?
+    /// A link into this port closes a loop through the graph (``ResolvedLink/closesLoop``): its end of
+    /// stream comes only after this node's own outputs end, so the node must not wait for it.
+    public let closesLoop: Bool
 
-    init(name: String, edge: BoundedEdge?, carrier: AgeCarrier? = nil, lateness: LatenessWatch? = nil) {
+    init(name: String, edge: BoundedEdge?, carrier: AgeCarrier? = nil, lateness: LatenessWatch? = nil, closesLoop: Bool = false) {
         self.name = name
         self.edge = edge
         self.carrier = carrier
         self.lateness = lateness
+        self.closesLoop = closesLoop
     }
 
     /// True when a link feeds this port.
@@ -132,6 +136,8 @@ final class FusedLink: Sendable {
     let clock: MediaClock?
     private let sent = Atomic<UInt64>(0)
     private let age = Mutex(AgeHistogram())
+    /// The audio level of frames delivered, measured only while a live view watches.
+    let level = EdgeLevel()
 
     init(label: String, node: String, processor: any FrameProcessor, context: NodeContext, clock: MediaClock?,
          onFinish: @escaping @Sendable () async throws -> Void) {
@@ -152,6 +158,7 @@ final class FusedLink: Sendable {
 
     func deliver(_ frame: Frame) async throws {
         sent.add(1, ordering: .relaxed)
+        level.note(frame)
         if let created = frame.created, let clock {
             let nanos = (clock.now() - created).nanoseconds
             age.withLock { $0.record(nanos: nanos) }
