@@ -88,6 +88,9 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
+            // The talk page and the console: compiled into the binary (PackageResources), nothing to install beside it.
+            resources: ["talk.html", "talk.js", "capture-worklet.js", "console.html", "console.js", "style.css"]
+                .map { .embedInCode("Web/Resources/\($0)") },
             swiftSettings: strict
         ),
         .executableTarget(

@@ -9,6 +9,7 @@ packages=(
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   libcurl4-openssl-dev libyaml-dev graphviz openssl procps bc python3 iproute2
   nginx nats-server
+  chromium chromium-driver
 )
 missing=()
 for p in "${packages[@]}"; do

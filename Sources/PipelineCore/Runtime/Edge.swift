@@ -83,6 +83,8 @@ public final class BoundedEdge: Sendable {
     public let label: String
     private let state: Mutex<State>
     let clock: MediaClock?
+    /// The audio level of frames taken, measured only while a live view watches.
+    let level = EdgeLevel()
 
     /// Creates an edge with `producers` producers (more than one for fan-in).
     public convenience init(capacity: Int, overflow: OverflowPolicy, label: String = "", producers: Int = 1) {
@@ -225,6 +227,7 @@ public final class BoundedEdge: Sendable {
     /// Records the age of a frame the consumer takes.
     @inline(__always)
     private func measure(_ frame: Frame, _ s: inout State) {
+        level.note(frame)
         if let clock, let created = frame.created { s.age.record(nanos: (clock.now() - created).nanoseconds) }
     }
 

@@ -102,6 +102,9 @@ struct ServeConfiguration: Sendable {
     }
     var fullResponse = FullResponse.websocket
     var routes: [Route] = []
+    /// The talk page and the console (`console: { token: "${VAR}" }`): with a token every request to them
+    /// must carry it; without one they answer loopback clients only.
+    var consoleToken: String?
 
     /// True when the file's top level has `routes:` and no `nodes:` (a cheap look at the text, not a parse).
     static func looksLikeServeConfiguration(path: String) -> Bool {
@@ -162,6 +165,17 @@ struct ServeConfiguration: Sendable {
                 config.fullResponse = r
             case "nats":
                 config.nats = parseNATS(v, problem: problem, int: int)
+            case "console":
+                guard let m = v.mapping else { problem(v, "console: expected { token: \"${CONSOLE_TOKEN}\" }"); continue }
+                for (ck, cv) in m {
+                    switch ck.string ?? "" {
+                    case "token":
+                        let t = cv.string ?? ""
+                        if t.count < 8 { problem(cv, "console.token: expected at least 8 characters (a secret, e.g. \"${CONSOLE_TOKEN}\")") }
+                        config.consoleToken = t
+                    default: problem(ck, "console: unknown key '\(ck.string ?? "?")'; expected token")
+                    }
+                }
             case "routes":
                 guard let list = v.sequence else { problem(v, "routes: expected a list of routes"); continue }
                 for r in list {
@@ -171,7 +185,7 @@ struct ServeConfiguration: Sendable {
                     if let route { config.routes.append(route) }
                 }
             default:
-                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, full_response, nats, routes")
+                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, full_response, nats, console, routes")
             }
         }
         if config.routes.isEmpty && issues.isEmpty { problem(root, "no routes: add at least one under `routes:`") }

@@ -30,6 +30,8 @@ final class ServeServer: Sendable {
     private let state = Mutex(State())
     /// Session events on NATS JetStream (`nats:` in the configuration).
     let events: NATSEventPublisher?
+    /// The talk page and the console (Web/).
+    let site: WebSite
 
     init(configuration: ServeConfiguration, logger: Logger, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         self.configuration = configuration
@@ -43,6 +45,11 @@ final class ServeServer: Sendable {
         } else {
             events = nil
         }
+        site = WebSite(access: PageAccess(token: configuration.consoleToken),
+                       talkRoutes: configuration.routes.filter { $0.kind == .websocket && !($0.path ?? "{").contains("{") }
+                           .map { WebSite.TalkRoute(name: $0.name, path: $0.path ?? "/", answers: $0.answer != nil) },
+                       consoleOnly: false)
+        site.listSessions { [weak self] in self?.state.withLock { Array($0.sessions.values) }.compactMap(\.live) ?? [] }
     }
 
     /// Whether a graph event of this name goes to NATS.
@@ -248,6 +255,8 @@ private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannel
 
     private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
         let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
+        // The browser pages: talk page, console, their files and the console's event stream (Web/WebSite.swift).
+        if WebSite.serves(path) { return server.site.respond(to: head, on: context.channel) }
         let (status, type, body): (HTTPResponseStatus, String, String)
         switch (head.method, path) {
         case (.GET, "/healthz"): (status, type, body) = (.ok, "text/plain", "ok\n")

@@ -55,8 +55,13 @@ final class ServeSession: Sendable {
         /// When the client last took something (the outbox shrank).
         var lastProgress = ContinuousClock.now
         var warnedDrops = false
+        /// What the console shows of this session, once its graph runs.
+        var live: LiveSession?
     }
     private let state: Mutex<State>
+
+    /// The running graph, for the console (nil before it starts).
+    var live: LiveSession? { state.withLock { $0.live } }
 
     /// At the end of a session, how long the client may take nothing before the answer audio it has not
     /// taken is dropped and the connection closed.
@@ -139,7 +144,8 @@ final class ServeSession: Sendable {
             fail(code: 4000, websocketCode: "graph_failed", message: "cannot start the graph: \(error)", close: .unexpectedServerError, voiceID: voiceID)
             return
         }
-        state.withLock { $0.pipeline = pipeline }
+        let live = LiveSession(id: bus.session, route: route.name, started: opened, pipeline: pipeline)
+        state.withLock { $0.pipeline = pipeline; $0.live = live }
         if state.withLock({ $0.closed }) { pipeline.stop() }
         if route.kind == .tencentASR { send(json: ["code": 0, "message": "success", "voice_id": voiceID]) }
         let events = pipeline.events(buffer: 10_000)
