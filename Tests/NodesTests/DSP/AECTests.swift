@@ -96,6 +96,42 @@ struct AECTests {
         #expect((stats.last?["erle_db"]?.doubleValue ?? 0) > 3, "\(stats.last.map { "\($0.fields)" } ?? "")")
     }
 
+    @Test("echo_gate_db silences what the canceller leaves of the echo, and lets the near talker through")
+    func echoGate() async throws {
+        let s = try Self.signals(delayMs: 80)
+        func run(gate: Int) async throws -> [Int16] {
+            let out = temporaryPath("aec-gate-\(gate).wav")
+            _ = try await runGraph("""
+                version: 1
+                nodes:
+                  mic: { type: file-source, path: "\(s.mic)" }
+                  far: { type: file-source, path: "\(s.far)" }
+                  aec: { type: aec, reference: pts, echo_gate_db: \(gate) }
+                  out: { type: wav-sink, path: "\(out)" }
+                links:
+                  - mic -> aec.in
+                  - far -> aec.ref
+                  - aec -> out
+                """)
+            return try readWAV(out).samples
+        }
+        let open = try await run(gate: 0), gated = try await run(gate: 18)
+        // Far end alone (0.5–8.5 s): 10 ms blocks in which something of the echo is still loud enough
+        // for a VAD (above -45 dBFS).
+        func loud(_ x: [Int16]) -> Int {
+            stride(from: 16000 / 2, to: 16000 * 17 / 2, by: 160).filter { i in
+                10 * log10(max(Self.power(x[i..<min(i + 160, x.count)]), 1e-3) / (32768.0 * 32768.0)) > -45
+            }.count
+        }
+        print("aec echo gate: loud residual blocks \(loud(open)) without the gate, \(loud(gated)) with it")
+        #expect(loud(gated) <= loud(open) / 2, "loud residual blocks: \(loud(open)) open, \(loud(gated)) gated")
+        // The near talker alone, and over the far end, passes (correlation with the clean talker kept).
+        let near = 16000 * 9..<16000 * 21 / 2, both = 16000 * 122 / 10..<16000 * 135 / 10
+        #expect(Self.correlation(gated, s.clean, near) > 0.9)
+        #expect(Self.correlation(gated, s.clean, both) > 0.5 * Self.correlation(open, s.clean, both),
+                "double talk: gated \(Self.correlation(gated, s.clean, both)), open \(Self.correlation(open, s.clean, both))")
+    }
+
     @Test("the reference may come in another format; a format the canceller cannot take is named")
     func formats() async throws {
         let tone = try RTPTest.wav(RTPTest.chirp(rate: 48000, seconds: 1), name: "aec-ref48.wav")
