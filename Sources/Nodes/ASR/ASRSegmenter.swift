@@ -9,6 +9,10 @@ import PipelineCore
 /// 2. the VAD's marks (`speechStart`, `speechEnd`), with a voice id made here;
 /// 3. when neither has been seen and the engine does not segment by itself, the energy
 ///    ``ASREndpointer``.
+///
+/// Each utterance it ends gets a reason (``EndReason``), kept by voice id until ``takeReason(_:)``:
+/// the mark's `endReason` (`silence` without one), `interrupted` when a new utterance starts before
+/// the open one ended, `end_of_stream` at the end of input.
 struct ASRSegmenter {
     /// Run the endpointer on unmarked audio.
     var endpointing: Bool
@@ -22,6 +26,8 @@ struct ASRSegmenter {
     /// Chunks held by the endpointer, by index.
     private var held: [Int: ASRAudio] = [:]
     private var chunkIndex = 0
+    /// Why each ended utterance ended, by voice id, until taken.
+    private var reasons: [String: EndReason] = [:]
 
     init(endpointing: Bool, silenceMs: Int64 = 600) {
         self.endpointing = endpointing
@@ -39,11 +45,11 @@ struct ASRSegmenter {
             if !sawMarks { out += flushEndpointer() }
             sawMarks = true
             if slice.isFirst || !open || slice.voiceID != currentVoiceID {
-                if open { out.append(end()) }
+                if open { out.append(end(.interrupted)) }
                 out.append(start(voiceID: slice.voiceID, at: audio.startMs))
             }
             out.append(.audio(audio))
-            if slice.isLast { out.append(end()) }
+            if slice.isLast { out.append(end(marks.endReason ?? .silence)) }
             return out
         }
         if marks.speechStart || marks.speechEnd {
@@ -52,11 +58,11 @@ struct ASRSegmenter {
         }
         if sawMarks || !endpointing {
             if marks.speechStart {
-                if open { out.append(end()) }
+                if open { out.append(end(.interrupted)) }
                 out.append(start(voiceID: makeVoiceID(), at: audio.startMs))
             }
             out.append(.audio(audio))
-            if marks.speechEnd && open { out.append(end()) }
+            if marks.speechEnd && open { out.append(end(marks.endReason ?? .silence)) }
             return out
         }
         let index = chunkIndex
@@ -69,7 +75,7 @@ struct ASRSegmenter {
     /// End of stream: releases held audio and ends an open utterance.
     mutating func finish() -> [ASRInput] {
         var out = flushEndpointer()
-        if open { out.append(end()) }
+        if open { out.append(end(.endOfStream)) }
         return out
     }
 
@@ -82,7 +88,16 @@ struct ASRSegmenter {
         return .utteranceStart(voiceID: voiceID, seq: nextSeq, startMs: ms)
     }
 
-    private mutating func end() -> ASRInput {
+    /// The reason `voiceID` ended (forgotten once taken); nil when it has not ended here.
+    mutating func takeReason(_ voiceID: String) -> EndReason? {
+        reasons.removeValue(forKey: voiceID)
+    }
+
+    private mutating func end(_ reason: EndReason) -> ASRInput {
+        if let currentVoiceID {
+            if reasons.count > 1000 { reasons.removeAll() }
+            reasons[currentVoiceID] = reason
+        }
         open = false
         currentVoiceID = nil
         return .utteranceEnd
@@ -102,7 +117,7 @@ struct ASRSegmenter {
             case .start(let i):
                 out.append(start(voiceID: makeVoiceID(), at: held[i]?.startMs ?? 0))
             case .end:
-                if open { out.append(end()) }
+                if open { out.append(end(.silence)) }
             }
         }
         return out

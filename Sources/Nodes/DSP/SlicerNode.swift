@@ -15,8 +15,9 @@ import PipelineCore
 ///
 /// Voice ids are `<voice_id_prefix>-<n>`; the default prefix is random per run, so ids are unique.
 /// The last, partial slice of a flow (and of the stream) is delivered, marked last. Emits
-/// `utterance_start` / `utterance_end` (`voice_id`, `seq`, `media_ms`) on `events`; `seq` of
-/// `utterance_end` is the last slice's seq.
+/// `utterance_start` / `utterance_end` (`voice_id`, `seq`, `media_ms`; the end also `reason`, see
+/// ``EndReason``) on `events`; `seq` of `utterance_end` is the last slice's seq. A frame marked `wake`
+/// (by the `wake` node) starts a flow in utterance mode.
 public actor SlicerNode: FrameProcessor {
     let mode: SlicerStateMachine.Mode
     let sliceMs: Int?
@@ -66,8 +67,8 @@ public actor SlicerNode: FrameProcessor {
                 try await context.emit("utterance_start", [("voice_id", .string(id)), ("seq", .int(0)), ("media_ms", .int(MediaTime.millis(pts)))])
             case .slice(let s):
                 try await context.send(Frame(payload: .audio(AudioBuffer(format: machine!.format, samples: s.samples)), pts: s.pts, marks: s.marks))
-            case .flowEnd(let id, let lastSeq, let pts):
-                try await context.emit("utterance_end", [("voice_id", .string(id)), ("seq", .int(Int64(lastSeq))), ("media_ms", .int(MediaTime.millis(pts)))])
+            case .flowEnd(let id, let lastSeq, let pts, let reason):
+                try await context.emit("utterance_end", [("voice_id", .string(id)), ("seq", .int(Int64(lastSeq))), ("media_ms", .int(MediaTime.millis(pts)))] + reason.fields)
             }
         }
     }

@@ -14,6 +14,11 @@ import PipelineCore
 /// - **Marks.** The first slice of a flow carries `speechStart`, the last `speechEnd` (in utterance
 ///   mode; in fixed mode the VAD's marks ride on the slice holding the marked frame's first sample
 ///   (start) or last sample (end)). `discontinuity` rides on the slice holding the frame's first sample.
+/// - **Wake words.** In utterance mode a frame marked `wake` starts a flow (ending an open one as
+///   `interrupted`); the VAD's next `speechStart` then continues that flow instead of starting another.
+/// - **Reasons.** Every flow end says why (``EndReason``): the `speechEnd` mark's reason (`silence`
+///   when it has none), `max_utterance` for a split, `interrupted` when a new start cuts it, and
+///   `end_of_stream`; the last slice carries it as `endReason`.
 /// - **Delivery.** `.slice` delivers each slice whole once it is complete. `.stream` delivers the same
 ///   audio as it arrives, in pieces of at most one input frame that never straddle two slices; every
 ///   piece carries its slice's `voiceID` and `seq`, `isFirst` only on the flow's first piece and `isLast`
@@ -56,7 +61,7 @@ public struct SlicerStateMachine: Sendable {
         /// Send this slice.
         case slice(Slice)
         /// A flow ended; `lastSeq` is its last slice's `seq`.
-        case flowEnd(voiceID: String, lastSeq: Int, pts: Int64)
+        case flowEnd(voiceID: String, lastSeq: Int, pts: Int64, reason: EndReason)
     }
 
     /// Audio format of the stream.
@@ -75,6 +80,10 @@ public struct SlicerStateMachine: Sendable {
     private var inFlow = false
     private var flowAnnounced = false
     private var needsNewFlow = false
+    /// The open flow began at a wake word and has not yet absorbed the VAD's start.
+    private var openedByWake = false
+    /// Why the flow being closed ends (put on its last slice).
+    private var closing: EndReason = .silence
     private var flowCount = 0
     private var voiceID = ""
     private var nextSeq = 0
@@ -110,19 +119,28 @@ public struct SlicerStateMachine: Sendable {
         var actions: [Action] = []
         switch mode {
         case .utterance:
-            if marks.speechStart {
-                if inFlow { closeFlow(&actions) }
+            if marks.wake != nil {
+                if inFlow { closeFlow(&actions, reason: .interrupted) }
                 openFlow()
+                openedByWake = true
+            }
+            if marks.speechStart {
+                if inFlow && openedByWake {
+                    openedByWake = false
+                } else {
+                    if inFlow { closeFlow(&actions, reason: .interrupted) }
+                    openFlow()
+                }
             }
             if inFlow {
                 append(samples, pts: pts, start: false, discontinuity: marks.discontinuity, &actions)
             }
-            if marks.speechEnd && inFlow { closeFlow(&actions) }
+            if marks.speechEnd && inFlow { closeFlow(&actions, reason: marks.endReason ?? .silence) }
         case .fixed:
             if !inFlow { openFlow() }
             append(samples, pts: pts, start: marks.speechStart, discontinuity: marks.discontinuity, &actions)
             if marks.speechEnd {
-                if !buffer.isEmpty { bufferMarks.speechEnd = true } else { held?.marks.speechEnd = true }
+                if !buffer.isEmpty { bufferMarks.speechEnd = true; bufferMarks.endReason = marks.endReason } else { held?.marks.speechEnd = true; held?.marks.endReason = marks.endReason }
             }
         }
         return actions
@@ -131,7 +149,7 @@ public struct SlicerStateMachine: Sendable {
     /// End of stream: delivers the last (partial) slice and closes the open flow.
     public mutating func finish() -> [Action] {
         var actions: [Action] = []
-        if inFlow { closeFlow(&actions) }
+        if inFlow { closeFlow(&actions, reason: .endOfStream) }
         return actions
     }
 
@@ -139,6 +157,7 @@ public struct SlicerStateMachine: Sendable {
         inFlow = true
         flowAnnounced = false
         needsNewFlow = false
+        openedByWake = false
         flowCount += 1
         voiceID = "\(prefix)-\(flowCount)"
         nextSeq = 0
@@ -157,7 +176,7 @@ public struct SlicerStateMachine: Sendable {
         var pendingStart = start, pendingGap = discontinuity
         while offset < samples.count {
             if needsNewFlow {
-                closeFlow(&actions)
+                closeFlow(&actions, reason: .maxUtterance)
                 openFlow()
             }
             if let h = held { emit(h, last: false, &actions); held = nil }
@@ -191,7 +210,7 @@ public struct SlicerStateMachine: Sendable {
         var pendingStart = start, pendingGap = discontinuity
         while offset < samples.count {
             if needsNewFlow {
-                closeFlow(&actions)
+                closeFlow(&actions, reason: .maxUtterance)
                 openFlow()
             }
             var room = sliceFrames - sliceFill
@@ -231,11 +250,13 @@ public struct SlicerStateMachine: Sendable {
             s.marks.speechStart = first
             s.marks.speechEnd = last
         }
+        if last { s.marks.endReason = closing }
         s.marks.slice = s.info
         actions.append(.slice(s))
     }
 
-    private mutating func closeFlow(_ actions: inout [Action]) {
+    private mutating func closeFlow(_ actions: inout [Action], reason: EndReason) {
+        closing = reason
         if !buffer.isEmpty {
             if let h = held { emit(h, last: false, &actions); held = nil }
             let s = Slice(samples: buffer, pts: bufferPts, info: SliceInfo(voiceID: voiceID, seq: 0, isFirst: false, isLast: false), marks: bufferMarks)
@@ -245,7 +266,7 @@ public struct SlicerStateMachine: Sendable {
             held = nil
             emit(h, last: true, &actions)
         }
-        if flowAnnounced { actions.append(.flowEnd(voiceID: voiceID, lastSeq: lastSeq, pts: lastPts)) }
+        if flowAnnounced { actions.append(.flowEnd(voiceID: voiceID, lastSeq: lastSeq, pts: lastPts, reason: reason)) }
         inFlow = false
         needsNewFlow = false
     }

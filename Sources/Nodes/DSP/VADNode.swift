@@ -16,7 +16,13 @@ import PipelineCore
 /// has started, audio passes at once, and the frame carrying the end mark leaves as soon as it is marked. Events on `events`:
 /// `speech_start` with `media_ms` of the detected onset and `speech_ms` (the speech heard when it was
 /// decided), `speech_end` with `media_ms` of the end of the last speech block and `silence_ms` (the
-/// silence heard after it when the end was decided).
+/// silence heard after it when the end was decided) and `reason` (see ``EndReason``: `silence`,
+/// `turn_model` with `probability`, `end_on_silence`, `end_of_stream`), which also rides in-band on the
+/// frame marked `speechEnd`.
+///
+/// `turn_model: smart-turn` asks an end-of-turn model (``SmartTurnModel``, on ONNX Runtime) once
+/// `stop_ms` of silence follows speech: a complete turn ends at once (reason `turn_model`), an
+/// incomplete one is kept open until speech resumes or the pause reaches `max_pause_ms`.
 ///
 /// `gate: true` passes only the marked spans. `end_on_silence_ms > 0` ends the stream once that much
 /// silence follows speech: the node delivers what it holds and returns, closing its outputs.
@@ -36,6 +42,10 @@ public actor VADNode: Node {
     let engine: Engine
     let threshold: Double
     let model: String?
+    let turnModel: TurnModel
+    let maxPauseMs: Int
+    let turnThreshold: Double
+    let turnModelPath: String?
 
     private var held: [Held] = []
     private var position: Int64 = 0
@@ -43,6 +53,7 @@ public actor VADNode: Node {
     private var rate = 16000
     private var gateOpen = false
     private var lastEndMarked: Int64 = 0
+    private var turn: TurnAudio?
 
     init(configuration c: Configuration) {
         startMs = c.startMs
@@ -57,6 +68,10 @@ public actor VADNode: Node {
         engine = c.engine
         threshold = c.threshold
         model = c.model
+        turnModel = c.turnModel
+        maxPauseMs = c.maxPauseMs
+        turnThreshold = c.turnThreshold
+        turnModelPath = c.turnModelPath
     }
 
     public func run(_ context: NodeContext) async throws {
@@ -70,6 +85,14 @@ public actor VADNode: Node {
             }
             detector = try SileroDetector(modelPath: path, threshold: threshold)
         }
+        var judge: SmartTurnModel?
+        if turnModel == .smartTurn {
+            guard let path = SmartTurnFiles.model(turnModelPath) else {
+                throw NodeError("turn_model_missing", "no smart-turn model found (looked in \(SmartTurnFiles.modelSearch)); run scripts/install-smart-turn.sh or set turn_model_path")
+            }
+            judge = try SmartTurnModel(modelPath: path)
+            turn = TurnAudio()
+        }
         var machine: VADStateMachine?
         let input = context.input()
         var ending = false
@@ -81,17 +104,28 @@ public actor VADNode: Node {
                 rate = audio.format.sampleRate
                 let r = Int64(rate)
                 machine = VADStateMachine(startSamples: Int64(startMs) * r / 1000, stopSamples: Int64(stopMs) * r / 1000,
-                                          endOnSilenceSamples: Int64(endOnSilenceMs) * r / 1000)
+                                          endOnSilenceSamples: Int64(endOnSilenceMs) * r / 1000,
+                                          maxPauseSamples: judge == nil ? 0 : Int64(maxPauseMs) * r / 1000)
             }
             let n = Int64(audio.frameCount)
             held.append(Held(frame: frame, start: position, end: position + n))
             let at = position
             position += n
+            if turn != nil { try turn!.append(audio, position: at) }
             actions.removeAll(keepingCapacity: true)
             try detector.feed(audio.samples, format: audio.format, position: at) { speech, from, to in
                 actions.append(contentsOf: machine!.observe(speech: speech, from: from, to: to))
             }
-            for a in actions {
+            var index = 0
+            while index < actions.count {
+                let a = actions[index]
+                index += 1
+                if case .checkTurn = a, let judge, let turn {
+                    let p = try judge.probability(turn.audio(since: turn.onset))
+                    context.logger.debug("vad: smart-turn probability \(p)")
+                    actions.append(contentsOf: machine!.turnDecision(complete: p >= turnThreshold, probability: p))
+                    continue
+                }
                 if try await perform(a, context: context) { ending = true }
             }
             if !ending {
@@ -120,14 +154,18 @@ public actor VADNode: Node {
             if let i = held.firstIndex(where: { $0.start >= lastEndMarked && $0.end > target }) ?? (held.isEmpty ? nil : held.count - 1) {
                 held[i].frame.marks.speechStart = true
             }
+            turn?.startTurn(at: max(0, onset - Int64(preRollMs) * Int64(rate) / 1000))
             try await context.emit("speech_start", [("media_ms", .int(mediaMs(onset))), ("speech_ms", .int(spanMs(position - onset)))])
             return false
-        case .speechEnd(let end):
+        case .speechEnd(let end, let reason):
             if !held.isEmpty {
                 held[held.count - 1].frame.marks.speechEnd = true
+                held[held.count - 1].frame.marks.endReason = reason
                 lastEndMarked = held[held.count - 1].end
             }
-            try await context.emit("speech_end", [("media_ms", .int(mediaMs(end))), ("silence_ms", .int(spanMs(position - end)))])
+            try await context.emit("speech_end", [("media_ms", .int(mediaMs(end))), ("silence_ms", .int(spanMs(position - end)))] + reason.fields)
+            return false
+        case .checkTurn:
             return false
         case .endOfStream:
             return true
@@ -167,6 +205,10 @@ public actor VADNode: Node {
         public var engine: Engine
         public var threshold: Double
         public var model: String?
+        public var turnModel: TurnModel
+        public var maxPauseMs: Int
+        public var turnThreshold: Double
+        public var turnModelPath: String?
         public static let parameters: [ParamSpec] = [
             ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: "speex",
                       doc: "speex: speexdsp's detector with a noise-floor energy test (margin_db, min_db); silero: the Silero neural VAD on ONNX Runtime (threshold, model; install with scripts/install-onnx.sh)"),
@@ -177,12 +219,29 @@ public actor VADNode: Node {
             ParamSpec("pre_roll_ms", .int(0...5_000), default: 300, doc: "audio kept before the onset (the start mark goes this far back)"),
             ParamSpec("gate", .bool, default: false, doc: "pass only speech (with pre-roll and trailing stop_ms)"),
             ParamSpec("end_on_silence_ms", .int(0...), default: 0, doc: "end the stream after this much silence following speech; 0 = never"),
+            ParamSpec("turn_model", .choice(TurnModel.allCases.map(\.rawValue)), default: "none",
+                      doc: "smart-turn: after stop_ms of silence an end-of-turn model (Smart Turn v3.2 on ONNX Runtime; install with scripts/install-smart-turn.sh) decides: complete ends speech at once, incomplete waits up to max_pause_ms"),
+            ParamSpec("max_pause_ms", .int(100...60_000), default: 3000, doc: "turn_model: the longest pause inside a turn the model calls incomplete"),
+            ParamSpec("turn_threshold", .double(0.05...0.95), default: 0.5, doc: "turn_model: probability at which a turn is complete"),
+            ParamSpec("turn_model_path", .path, doc: "turn_model: the model file (default: .deps/onnx/share/smart-turn/smart-turn-v3.2-cpu.onnx, or $VOICEPIPE_SMART_TURN_MODEL)"),
             ParamSpec("margin_db", .double(0...40), default: 6.0, doc: "speex: energy above the noise floor needed for speech"),
             ParamSpec("min_db", .double(-120...0), default: -55.0, doc: "speex: blocks quieter than this (dBFS) are silence"),
         ]
 
         /// A silero model given or found must exist (the library is checked when the node starts).
         public func problems() -> [String] {
+            var problems: [String] = []
+            if turnModel == .smartTurn {
+                if let turnModelPath {
+                    if !FileManager.default.isReadableFile(atPath: turnModelPath) { problems.append("turn model \(turnModelPath) not found or not readable") }
+                } else if SmartTurnFiles.model(nil) == nil {
+                    problems.append("turn_model smart-turn: no model found (looked in \(SmartTurnFiles.modelSearch)); run scripts/install-smart-turn.sh or set turn_model_path")
+                }
+            }
+            return problems + sileroProblems()
+        }
+
+        private func sileroProblems() -> [String] {
             guard engine == .silero else { return [] }
             if let model {
                 return FileManager.default.isReadableFile(atPath: model) ? [] : ["silero model \(model) not found or not readable"]
@@ -190,6 +249,14 @@ public actor VADNode: Node {
             return SileroFiles.model(nil) == nil
                 ? ["engine silero: no model found (looked in \(SileroFiles.modelSearch)); run scripts/install-onnx.sh or set model"] : []
         }
+    }
+
+    /// The end-of-turn model, if any.
+    public enum TurnModel: String, Sendable, Decodable, CaseIterable {
+        /// Silence alone ends a turn.
+        case none
+        /// Smart Turn v3.2.
+        case smartTurn = "smart-turn"
     }
 
     /// The classifier behind the node.

@@ -1,3 +1,5 @@
+import PipelineCore
+
 /// The hysteresis of the `vad` node, as a pure value: it sees one classified block at a time
 /// (speech or not, with its sample range) and says when speech starts and ends.
 ///
@@ -5,6 +7,11 @@
 /// `startSamples` of consecutive speech blocks (the onset is the first of them), closes after
 /// `stopSamples` of silence (the end is the end of the last speech block), and, with
 /// `endOnSilenceSamples > 0`, the stream ends once that much silence follows speech.
+///
+/// With an end-of-turn model (`maxPauseSamples > 0`), `stopSamples` of silence does not close speech
+/// by itself: it asks (``Action/checkTurn(end:)``) and the node answers with ``turnDecision(complete:probability:)``.
+/// A complete turn ends at once (reason `turn_model`); an incomplete one stays open until speech
+/// resumes or the silence reaches `maxPauseSamples` (reason `silence`). Every `speechEnd` says why.
 ///
 /// ```swift
 /// var m = VADStateMachine(startSamples: 1600, stopSamples: 8000)
@@ -15,8 +22,11 @@ public struct VADStateMachine: Sendable, Hashable {
     public enum Action: Sendable, Hashable {
         /// Speech started at sample `onset`.
         case speechStart(onset: Int64)
-        /// Speech ended at sample `end` (end of the last speech block).
-        case speechEnd(end: Int64)
+        /// Speech ended at sample `end` (end of the last speech block), for `reason`.
+        case speechEnd(end: Int64, reason: EndReason = .silence)
+        /// `stopSamples` of silence followed speech: ask the turn model whether the turn is complete
+        /// (the audio up to now), then call ``VADStateMachine/turnDecision(complete:probability:)``.
+        case checkTurn(end: Int64)
         /// Enough silence followed speech: end the stream (after any `speechEnd`).
         case endOfStream
     }
@@ -27,6 +37,8 @@ public struct VADStateMachine: Sendable, Hashable {
     public let stopSamples: Int64
     /// Silence after speech that ends the stream; 0 = never.
     public let endOnSilenceSamples: Int64
+    /// With a turn model: the longest pause inside a turn the model calls incomplete; 0 = no model.
+    public let maxPauseSamples: Int64
 
     /// True between a start and its end.
     public private(set) var inSpeech = false
@@ -35,12 +47,23 @@ public struct VADStateMachine: Sendable, Hashable {
     private var runStart: Int64?
     private var lastSpeechEnd: Int64 = 0
     private var ended = false
+    /// The turn model was asked during this pause.
+    private var asked = false
 
     /// Creates a state machine.
-    public init(startSamples: Int64, stopSamples: Int64, endOnSilenceSamples: Int64 = 0) {
+    public init(startSamples: Int64, stopSamples: Int64, endOnSilenceSamples: Int64 = 0, maxPauseSamples: Int64 = 0) {
         self.startSamples = max(1, startSamples)
         self.stopSamples = max(1, stopSamples)
         self.endOnSilenceSamples = max(0, endOnSilenceSamples)
+        self.maxPauseSamples = maxPauseSamples > 0 ? max(self.stopSamples, maxPauseSamples) : 0
+    }
+
+    /// The turn model's answer to the last ``Action/checkTurn(end:)``: a complete turn ends speech now.
+    public mutating func turnDecision(complete: Bool, probability: Double) -> [Action] {
+        guard complete, inSpeech, !ended, asked else { return [] }
+        inSpeech = false
+        asked = false
+        return [.speechEnd(end: lastSpeechEnd, reason: .turnModel(probability: probability))]
     }
 
     /// Feeds one block `from..<to` classified as speech or not; returns the actions, in order.
@@ -50,6 +73,7 @@ public struct VADStateMachine: Sendable, Hashable {
         if speech {
             if inSpeech {
                 lastSpeechEnd = to
+                asked = false
             } else {
                 let start = runStart ?? from
                 runStart = start
@@ -63,14 +87,24 @@ public struct VADStateMachine: Sendable, Hashable {
             }
         } else {
             runStart = nil
-            if inSpeech && to - lastSpeechEnd >= stopSamples {
+            let silence = to - lastSpeechEnd
+            if inSpeech && maxPauseSamples > 0 {
+                if silence >= maxPauseSamples {
+                    inSpeech = false
+                    asked = false
+                    actions.append(.speechEnd(end: lastSpeechEnd, reason: .silence))
+                } else if silence >= stopSamples && !asked {
+                    asked = true
+                    actions.append(.checkTurn(end: lastSpeechEnd))
+                }
+            } else if inSpeech && silence >= stopSamples {
                 inSpeech = false
-                actions.append(.speechEnd(end: lastSpeechEnd))
+                actions.append(.speechEnd(end: lastSpeechEnd, reason: .silence))
             }
-            if hadSpeech && endOnSilenceSamples > 0 && to - lastSpeechEnd >= endOnSilenceSamples {
+            if hadSpeech && endOnSilenceSamples > 0 && silence >= endOnSilenceSamples {
                 if inSpeech {
                     inSpeech = false
-                    actions.append(.speechEnd(end: lastSpeechEnd))
+                    actions.append(.speechEnd(end: lastSpeechEnd, reason: .endOnSilence))
                 }
                 ended = true
                 actions.append(.endOfStream)
@@ -84,6 +118,6 @@ public struct VADStateMachine: Sendable, Hashable {
         guard inSpeech, !ended else { return [] }
         inSpeech = false
         ended = true
-        return [.speechEnd(end: lastSpeechEnd)]
+        return [.speechEnd(end: lastSpeechEnd, reason: .endOfStream)]
     }
 }

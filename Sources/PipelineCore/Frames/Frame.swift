@@ -58,6 +58,10 @@ public struct FrameMarks: Sendable, Hashable {
     public var speechStart: Bool = false
     /// Speech has ended at the end of this frame; set by the `vad`.
     public var speechEnd: Bool = false
+    /// Why speech ended, alongside `speechEnd` (and on a flow's last slice); nil = not said (`silence`).
+    public var endReason: EndReason? = nil
+    /// A wake word was heard just before this frame; set by `wake`.
+    public var wake: WakeMark? = nil
     /// Utterance slice identity; set by the `slicer`.
     public var slice: SliceInfo? = nil
     /// A gap precedes this frame (lost packets, a device overrun); set by sources and the jitter buffer.
@@ -79,7 +83,7 @@ public struct FrameMarks: Sendable, Hashable {
     }
 
     /// True when no marker is set.
-    public var isEmpty: Bool { !speechStart && !speechEnd && slice == nil && !discontinuity && caption == nil }
+    public var isEmpty: Bool { !speechStart && !speechEnd && slice == nil && !discontinuity && caption == nil && endReason == nil && wake == nil }
 }
 
 /// What a stretch of synthesized audio says: set by `tts` on every frame it sends.

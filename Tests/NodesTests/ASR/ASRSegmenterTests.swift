@@ -88,4 +88,22 @@ struct ASRSegmenterTests {
         #expect(ASRNode.join(["你好", "世界"]) == "你好世界")
         #expect(ASRNode.join([]) == "")
     }
+
+    @Test("each ended utterance keeps its reason until taken")
+    func reasons() {
+        var s = ASRSegmenter(endpointing: true)
+        var ids = ["a", "b", "c"].makeIterator()
+        s.makeVoiceID = { ids.next()! }
+        var end = FrameMarks(speechEnd: true)
+        end.endReason = .turnModel(probability: 0.7)
+        _ = s.push(Self.chunk(0, voiced: true, marks: FrameMarks(speechStart: true)))
+        _ = s.push(Self.chunk(1, voiced: true, marks: end))
+        _ = s.push(Self.chunk(2, voiced: true, marks: FrameMarks(speechStart: true)))
+        _ = s.push(Self.chunk(3, voiced: true, marks: FrameMarks(speechStart: true)))
+        _ = s.finish()
+        #expect(s.takeReason("a") == .turnModel(probability: 0.7))
+        #expect(s.takeReason("a") == nil)
+        #expect(s.takeReason("b") == .interrupted)
+        #expect(s.takeReason("c") == .endOfStream)
+    }
 }

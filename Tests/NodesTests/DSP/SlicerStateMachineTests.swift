@@ -33,7 +33,7 @@ struct SlicerStateMachineTests {
         #expect(s.first!.samples.first == 40 && s.last!.samples.last == 139)
         #expect(s.first!.pts == 40_000_000 && s[1].pts == 70_000_000)
         #expect(s.first!.marks.speechStart && s.last!.marks.speechEnd && s.allSatisfy { $0.marks.slice == $0.info })
-        guard case .flowStart(let id, _) = acts.first, case .flowEnd(let id2, let lastSeq, _) = acts.last else {
+        guard case .flowStart(let id, _) = acts.first, case .flowEnd(let id2, let lastSeq, _, _) = acts.last else {
             Issue.record("flow boundaries missing: \(acts)"); return
         }
         #expect(id == "u-1" && id2 == "u-1" && lastSeq == 3)
@@ -146,7 +146,7 @@ struct SlicerStateMachineTests {
             acts.compactMap {
                 switch $0 {
                 case .flowStart(let id, let pts): "start \(id) \(pts)"
-                case .flowEnd(let id, let seq, let pts): "end \(id) \(seq) \(pts)"
+                case .flowEnd(let id, let seq, let pts, _): "end \(id) \(seq) \(pts)"
                 case .slice: nil
                 }
             }
@@ -190,5 +190,37 @@ struct SlicerStateMachineTests {
                          channels: trial % 4 == 0 ? 2 : 1, sizes: sizes, marks: marks)
             expectSameFlows(r, maxPiece: 48 * (trial % 4 == 0 ? 2 : 1))
         }
+    }
+
+    func ends(_ actions: [SlicerStateMachine.Action]) -> [String] {
+        actions.compactMap { if case .flowEnd(let id, _, _, let reason) = $0 { "\(id) \(reason.name)" } else { nil } }
+    }
+
+    @Test func everyFlowEndSaysWhy() {
+        var m = SlicerStateMachine(format: format, mode: .utterance, sliceFrames: 30, maxFlowFrames: 50, prefix: "u")
+        var endMark = FrameMarks(speechEnd: true)
+        endMark.endReason = .turnModel(probability: 0.8)
+        // u-1: 40 samples ended by the turn model; u-2 cut at 50 samples (max_utterance), u-3 its rest,
+        // cut by a new start (interrupted); u-4 open at the end of input.
+        let acts = run(&m, frames: 12, size: 20, marks: [0: FrameMarks(speechStart: true), 1: endMark,
+                                                         3: FrameMarks(speechStart: true), 8: FrameMarks(speechStart: true)])
+        #expect(ends(acts) == ["u-1 turn_model", "u-2 max_utterance", "u-3 interrupted", "u-4 max_utterance", "u-5 end_of_stream"])
+        let lasts = slices(acts).filter(\.info.isLast)
+        #expect(lasts.first?.marks.endReason == .turnModel(probability: 0.8))
+        #expect(lasts.last?.marks.endReason == .endOfStream)
+    }
+
+    @Test func aWakeMarkStartsAFlowThatTheNextSpeechStartContinues() {
+        var m = SlicerStateMachine(format: format, mode: .utterance, sliceFrames: 20, prefix: "w")
+        var wake = FrameMarks()
+        wake.wake = WakeMark(word: "hey_jarvis", score: 0.9)
+        var noSpeech = FrameMarks(speechEnd: true)
+        noSpeech.endReason = .wakeTimeout
+        // Wake at 2, speech 4..6 in the same flow; wake at 8 with no speech, timed out at 9.
+        let acts = run(&m, frames: 12, size: 20, marks: [2: wake, 4: FrameMarks(speechStart: true), 6: FrameMarks(speechEnd: true),
+                                                         8: wake, 9: noSpeech])
+        #expect(ends(acts) == ["w-1 silence", "w-2 wake_timeout"])
+        #expect(slices(acts).first?.samples.first == 40)
+        #expect(slices(acts).filter { $0.info.voiceID == "w-1" }.count == 5)
     }
 }

@@ -30,7 +30,7 @@ struct VADStateMachineTests {
 
     @Test func shortPausesDoNotClose() {
         let acts = run("1111" + "00000" + "1111" + "00000" + "11")
-        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 20 * 320)]
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 20 * 320, reason: .endOfStream)]
         #expect(acts.map(\.1) == expected)
         #expect(acts[1].0 == 20)  // closed by finish(), at end of input
     }
@@ -46,14 +46,63 @@ struct VADStateMachineTests {
 
     @Test func endOnSilenceShorterThanStopClosesFirst() {
         let acts = run("11111" + String(repeating: "0", count: 30), stop: 20 * 320, endOnSilence: 4 * 320)
-        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 5 * 320), .endOfStream]
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 5 * 320, reason: .endOnSilence), .endOfStream]
         #expect(acts.map(\.1) == expected)
         #expect(acts[1].0 == 8 && acts[2].0 == 8)
     }
 
     @Test func secondUtteranceAfterClose() {
         let acts = run("1111" + String(repeating: "0", count: 12) + "1111" + "0")
-        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 4 * 320), .speechStart(onset: 16 * 320), .speechEnd(end: 20 * 320)]
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .speechEnd(end: 4 * 320), .speechStart(onset: 16 * 320), .speechEnd(end: 20 * 320, reason: .endOfStream)]
         #expect(acts.map(\.1) == expected)
+    }
+
+    @Test func everyEndSaysWhy() {
+        #expect(run("1111" + String(repeating: "0", count: 12)).last?.1 == .speechEnd(end: 4 * 320, reason: .silence))
+        #expect(run("11111111").last?.1 == .speechEnd(end: 8 * 320, reason: .endOfStream))
+        let acts = run("11111" + String(repeating: "0", count: 30), stop: 20 * 320, endOnSilence: 4 * 320)
+        #expect(acts[1].1 == .speechEnd(end: 5 * 320, reason: .endOnSilence))
+    }
+
+    /// A turn model answering `complete` for the n-th question (0-based).
+    func runWithTurnModel(_ pattern: String, answers: [Bool]) -> [(Int, VADStateMachine.Action)] {
+        var m = VADStateMachine(startSamples: 3 * 320, stopSamples: 5 * 320, maxPauseSamples: 20 * 320)
+        var out: [(Int, VADStateMachine.Action)] = []
+        var asked = 0
+        for (i, c) in pattern.enumerated() {
+            for a in m.observe(speech: c == "1", from: Int64(i) * 320, to: Int64(i + 1) * 320) {
+                out.append((i, a))
+                if case .checkTurn = a {
+                    let complete = asked < answers.count && answers[asked]
+                    asked += 1
+                    for d in m.turnDecision(complete: complete, probability: complete ? 0.9 : 0.1) { out.append((i, d)) }
+                }
+            }
+        }
+        return out
+    }
+
+    @Test func aCompleteTurnEndsAtTheFirstPause() {
+        let acts = runWithTurnModel("11111" + String(repeating: "0", count: 30), answers: [true])
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .checkTurn(end: 1600), .speechEnd(end: 1600, reason: .turnModel(probability: 0.9))]
+        #expect(acts.map(\.1) == expected)
+        #expect(acts[2].0 == 9)  // after stop (5 blocks), not max_pause (20)
+    }
+
+    @Test func anIncompleteTurnWaitsForSpeechOrTheLongestPause() {
+        // A pause of 12 blocks inside the turn: asked once, incomplete, speech resumes; then the end
+        // is incomplete too and the turn closes after the longest pause (20 blocks) on silence.
+        let acts = runWithTurnModel("11111" + String(repeating: "0", count: 12) + "1111" + String(repeating: "0", count: 25), answers: [false, false])
+        let expected: [VADStateMachine.Action] = [.speechStart(onset: 0), .checkTurn(end: 1600), .checkTurn(end: 6720), .speechEnd(end: 6720, reason: .silence)]
+        #expect(acts.map(\.1) == expected)
+        #expect(acts[3].0 == 40)
+    }
+
+    @Test func aLateCompleteAnswerAfterTheEndChangesNothing() {
+        var m = VADStateMachine(startSamples: 320, stopSamples: 320, maxPauseSamples: 640)
+        _ = m.observe(speech: true, from: 0, to: 320)
+        #expect(m.observe(speech: false, from: 320, to: 640) == [.checkTurn(end: 320)])
+        #expect(m.observe(speech: false, from: 640, to: 960) == [.speechEnd(end: 320, reason: .silence)])
+        #expect(m.turnDecision(complete: true, probability: 0.8).isEmpty)
     }
 }
