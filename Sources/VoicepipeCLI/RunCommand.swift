@@ -22,11 +22,20 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(help: "Print a per-edge table of sent / dropped / max depth at exit (and a `stats` event on stdout when events go there).") var stats = false
     @Flag(help: "No live progress line.") var quiet = false
     @Option(help: "Run this many instances of each graph in one process.") var instances: Int = 1
+    @Option(help: "Serve a live console of the running graphs at http://HOST:PORT/console (loopback only unless VOICEPIPE_CONSOLE_TOKEN is set).")
+    var console: String?
     @OptionGroup var plugin: PluginOptions
     @OptionGroup var log: LogOptions
 
     func validate() throws {
         if instances < 1 || instances > 10_000 { throw ValidationError("--instances must be in 1...10000") }
+        if let console {
+            guard let (host, _) = ConsoleServer.address(console) else { throw ValidationError("--console: expected HOST:PORT, e.g. 127.0.0.1:8090") }
+            let token = ProcessInfo.processInfo.environment["VOICEPIPE_CONSOLE_TOKEN"] ?? ""
+            if !ConsoleServer.isLoopbackHost(host) && token.isEmpty {
+                throw ValidationError("--console \(console): the console listens beyond this machine only with a token; set VOICEPIPE_CONSOLE_TOKEN")
+            }
+        }
     }
 
     func run() async throws {
@@ -65,6 +74,7 @@ struct RunCommand: AsyncParsableCommand {
 
         let all = pipelines
         SignalCenter.onFirstSignal { for p in all { p.stop() } }
+        let consoleServer = try await startConsole(all)
 
         let progress: Task<Void, Never>? = (!quiet && isatty(STDERR_FILENO) == 1) ? Task { await ProgressLine.run(all) } : nil
 
@@ -81,6 +91,7 @@ struct RunCommand: AsyncParsableCommand {
             return out
         }
         progress?.cancel()
+        await consoleServer?.close()
         if progress != nil { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
 
         if stats {
@@ -93,6 +104,26 @@ struct RunCommand: AsyncParsableCommand {
         }
         if let f = failures.first {
             printError("error: \(f.description)")
+            throw ExitStatus.runtimeFailure
+        }
+    }
+}
+
+extension RunCommand {
+    /// `--console HOST:PORT`: the run's graphs on the console, as `file#instance`.
+    func startConsole(_ pipelines: [Pipeline]) async throws -> ConsoleServer? {
+        guard let console, let (host, port) = ConsoleServer.address(console) else { return nil }
+        let started = ContinuousClock.now
+        let live = pipelines.enumerated().map { i, p in
+            LiveSession(id: "\(((p.graph.file as NSString).lastPathComponent as NSString).deletingPathExtension)#\(i)", route: p.graph.file, started: started, pipeline: p)
+        }
+        let token = ProcessInfo.processInfo.environment["VOICEPIPE_CONSOLE_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        do {
+            let server = try await ConsoleServer(host: host, port: port, token: token, sessions: { live })
+            printError("console: http://\(host.contains(":") ? "[\(host)]" : host):\(server.port)/console")
+            return server
+        } catch {
+            printError("error: --console \(console): cannot listen: \(error)")
             throw ExitStatus.runtimeFailure
         }
     }

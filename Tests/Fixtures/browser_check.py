@@ -52,7 +52,9 @@ def edge_counts(d):
 def console_result(d):
     return {"sessions": texts(d, "#sessions a"), "title": d.find_element(By.ID, "title").text,
             "nodes": [e.get_attribute("data-node") for e in d.find_elements(By.CSS_SELECTOR, "g.node")],
-            "edge_sent": edge_counts(d), "edge_labels": texts(d, "text.edge-label"),
+            "edge_sent": edge_counts(d),
+            "edge_peak": peaks(d),
+            "edge_labels": texts(d, "text.edge-label"),
             "status": d.find_element(By.ID, "status").text, "events": texts(d, "#events li")[:10]}
 
 
@@ -92,13 +94,23 @@ def talk(base, route, wav, shots, token=None):
     return out
 
 
+def peaks(d):
+    return [float(e.get_attribute("data-peak")) for e in d.find_elements(By.CSS_SELECTOR, "text.edge-label[data-peak]")]
+
+
 def console(url, shots, name):
     d = browser()
     try:
         d.get(url)
         wait(lambda: any(n > 0 for n in edge_counts(d)), 30)
-        time.sleep(1.5)
+        loudest = [0.0]
+        def heard():  # the level shown on audio edges, over a few updates (silence between sentences shows 0)
+            loudest[0] = max([loudest[0]] + peaks(d))
+            return loudest[0] > 0.01
+        wait(heard, 5, step=0.1)
+        time.sleep(1)
         out = console_result(d)
+        out["edge_peak"] = [loudest[0]]
         d.save_screenshot(os.path.join(shots, name))
         out["logs"] = logs(d)
     finally:

@@ -88,4 +88,23 @@ struct BrowserTests {
         // The page files carry no data: served to anyone.
         #expect(try ServeTests.http(port, "/static/talk.js").status == 200)
     }
+
+    @Test("voicepipe run --console: the console shows the running graph with frames on its edges; beyond loopback it needs a token")
+    func runConsole() throws {
+        guard Self.requireBrowser() else { return }
+        let port = ServeTests.freePort()
+        let run = try Running(voicepipeBinary, ["run", "--quiet", "--console", "127.0.0.1:\(port)", "--set", "mic.realtime=true",
+                                                "pipelines/recognizer-file.yaml"], environment: ["INPUT": Self.sentences])
+        defer { run.signal(SIGINT); _ = run.wait(timeout: 20) }
+        for _ in 0..<100 where (try? ServeTests.http(port, "/console/sessions.json").status) != 200 { usleep(100_000) }
+        let result = try Self.drive(["console", "http://127.0.0.1:\(port)/console", Self.shots.path, "run-console.png"])
+        #expect(result["sessions"] as? [String] == ["recognizer-file#0"], "\(result)")
+        #expect(result["nodes"] as? [String] == ["mic", "volume", "vad", "slicer", "asr", "out"], "\(result)")
+        let sent = result["edge_sent"] as? [Int] ?? []
+        #expect(sent.count == 6 && sent.prefix(4).allSatisfy { $0 > 0 }, "edge frame counts \(sent)")
+        // Watched, the audio edges measure their level: speech is in the file.
+        #expect((result["edge_peak"] as? [Double] ?? []).contains { $0 > 0.01 }, "audio peaks \(result["edge_peak"] ?? "none")")
+        let open = try voicepipe(["run", "--console", "0.0.0.0:\(port + 1)", "pipelines/recognizer-file.yaml"], environment: ["VOICEPIPE_CONSOLE_TOKEN": ""])
+        #expect(open.status != 0 && open.stderr.contains("VOICEPIPE_CONSOLE_TOKEN"), "\(open.stderr)")
+    }
 }

@@ -4,7 +4,8 @@ import Synchronization
 /// with nobody watching, an edge pays one relaxed atomic load per frame taken and nothing else.
 final class EdgeLevel: Sendable {
     private let watchers = Atomic<Int>(0)
-    /// Peak of the last audio frame taken, as a fraction of full scale (0...1), stored as its bit pattern.
+    /// Highest peak of the audio frames taken since the last read, as a fraction of full scale (0...1),
+    /// stored as its bit pattern (which orders as the value does for non-negative doubles).
     private let peakBits = Atomic<UInt64>(0)
 
     /// Called for every frame the consumer takes.
@@ -16,11 +17,17 @@ final class EdgeLevel: Sendable {
             let a = s == .min ? 32768 : Int32(abs(s))
             if a > peak { peak = a }
         }
-        peakBits.store((Double(peak) / 32768).bitPattern, ordering: .relaxed)
+        let bits = (Double(peak) / 32768).bitPattern
+        var old = peakBits.load(ordering: .relaxed)
+        while bits > old {
+            let (exchanged, current) = peakBits.compareExchange(expected: old, desired: bits, ordering: .relaxed)
+            if exchanged { break }
+            old = current
+        }
     }
 
     func watch(_ on: Bool) { watchers.add(on ? 1 : -1, ordering: .relaxed) }
 
-    /// The last peak seen while watched (0 before any).
-    var peak: Double { Double(bitPattern: peakBits.load(ordering: .relaxed)) }
+    /// The highest peak since the last call (0 if none), which starts the next interval.
+    func takePeak() -> Double { Double(bitPattern: peakBits.exchange(0, ordering: .relaxed)) }
 }

@@ -5,16 +5,18 @@ public struct EdgeLive: Sendable, Hashable {
     public var input: String
     /// Frames queued now (0 for a fused link, which has no queue).
     public var depth: Int
-    /// Peak of the last audio frame taken, 0...1 of full scale (0 when not watched or not audio).
+    /// Highest peak of the audio taken since the previous read, 0...1 of full scale (0 when not watched
+    /// or not audio).
     public var peak: Double
 }
 
 extension Pipeline {
-    /// Current depth and level of every edge, in the order of ``edgeStats``.
+    /// Current depth and level of every edge, in the order of ``edgeStats``. Reading starts the next
+    /// level interval.
     public var edgeLive: [EdgeLive] {
         edgeOrder.compactMap { key in
-            if let e = edges[key] { return EdgeLive(input: key, depth: e.depth, peak: e.level.peak) }
-            if let f = fusedEdges[key] { return EdgeLive(input: key, depth: 0, peak: f.level.peak) }
+            if let e = edges[key] { return EdgeLive(input: key, depth: e.depth, peak: e.level.takePeak()) }
+            if let f = fusedEdges[key] { return EdgeLive(input: key, depth: 0, peak: f.level.takePeak()) }
             return nil
         }
     }
