@@ -50,6 +50,39 @@ struct AvatarNodeTests {
         await server.stop()
     }
 
+    /// A file read faster than real time fills the command queue before the channel opens: every
+    /// packet must still leave, paced, before the empty `IsFinal` one (none dropped, none counted).
+    @Test(arguments: [(4400, 6400, 2000), (3000, 3200, 400)])
+    func aTurnLongerThanTheQueueIsSentWhole(durationMs: Int, packetBytes: Int, heldMs: Int) async throws {
+        let server = IVHServer()
+        try await server.start()
+        let yaml = """
+        version: 1
+        name: avatar-long-turn
+        nodes:
+          tone: { type: tone-source, rate: 16000, channels: 1, frame_ms: 20, duration_ms: \(durationMs), realtime: false }
+          \(IVHTest.avatarNode(server, "driver_type: 2, packet_bytes: \(packetBytes), held_ms: \(heldMs)"))
+        links:
+          - tone -> avatar
+        """
+        let pipeline = try Pipeline(yaml: yaml, registry: BuiltinNodes.registry())
+        let events = try await IVHTest.run(pipeline)
+        let audio = server.commands.filter { $0.command == "SEND_AUDIO" }
+        let expected = durationMs * 32 / packetBytes
+        #expect(audio.count == expected + 1, "\(audio.count - 1) of \(expected) packets sent")
+        #expect(audio.dropLast().allSatisfy { $0.audioBytes == packetBytes && $0.isFinal == false })
+        #expect(audio.last?.isFinal == true && audio.last?.audioBytes == 0)
+        #expect(audio.map { $0.seq ?? -1 } == Array(1...(expected + 1)))
+        if let first = audio.first, let last = audio.dropLast().last {
+            let ms = (expected - 1) * packetBytes / 32
+            #expect(first.arrived.duration(to: last.arrived) >= .milliseconds(ms - 150), "paced at real time")
+        }
+        #expect(events.events("error").isEmpty, "\(events.events("error"))")
+        #expect(pipeline.nodeStats.first { $0.id == "avatar" }?.counters["dropped_packets"] == nil)
+        #expect(server.closes(try #require(server.created.first)) == 1)
+        await server.stop()
+    }
+
     @Test func textDrivesTheAvatarAndPushesBecomeEvents() async throws {
         let server = IVHServer()
         try await server.start()
@@ -379,7 +412,13 @@ struct AvatarPipelineTests {
 
     @Test func avatarTextValidates() throws {
         let path = IVHTest.packageRoot.appendingPathComponent("pipelines/avatar-text.yaml").path
-        let graph = try GraphValidator.load(path: path, registry: BuiltinNodes.registry())
-        #expect(graph.links.contains { $0.fromNode == "asr" && $0.fromPort == "text" && $0.toNode == "avatar" && $0.toPort == "text" })
+        // The avatar answers through a responder: chat by default, webhook with RESPONDER=webhook.
+        for (responder, type) in [(nil, "chat"), ("webhook", "webhook")] {
+            let environment = responder.map { ["RESPONDER": $0] } ?? [:]
+            let graph = try GraphValidator.load(path: path, registry: BuiltinNodes.registry(), environment: environment)
+            #expect(graph.node("reply")?.descriptor.type == type)
+            #expect(graph.links.contains { $0.fromNode == "asr" && $0.fromPort == "text" && $0.toNode == "reply" && $0.toPort == "in" })
+            #expect(graph.links.contains { $0.fromNode == "reply" && $0.fromPort == "text" && $0.toNode == "avatar" && $0.toPort == "text" })
+        }
     }
 }
