@@ -16,26 +16,16 @@ struct WhisperLogMel: Sendable {
     let samples: Int
     /// `bins × mels` filter weights, bin-major.
     private let filters: [Float]
-    /// Hann-windowed cosine and sine tables, `bins × fft`.
-    private let cosTable: [Float]
-    private let sinTable: [Float]
+    /// The periodic Hann window.
+    private let window: [Float]
+    private let dft: DFT400
 
     init(mels: Int = 80, samples: Int = 128_000) {
         self.mels = mels
         self.samples = samples
         filters = Self.filterbank(mels: mels)
-        var c = [Float](repeating: 0, count: Self.bins * Self.fft)
-        var s = c
-        for k in 0..<Self.bins {
-            for n in 0..<Self.fft {
-                let hann = 0.5 - 0.5 * cos(2 * Double.pi * Double(n) / Double(Self.fft))
-                let angle = 2 * Double.pi * Double(k * n % Self.fft) / Double(Self.fft)
-                c[k * Self.fft + n] = Float(hann * cos(angle))
-                s[k * Self.fft + n] = Float(hann * sin(angle))
-            }
-        }
-        cosTable = c
-        sinTable = s
+        window = (0..<Self.fft).map { Float(0.5 - 0.5 * cos(2 * Double.pi * Double($0) / Double(Self.fft))) }
+        dft = DFT400()
     }
 
     /// Frames in the output.
@@ -64,38 +54,27 @@ struct WhisperLogMel: Sendable {
         var power = [Float](repeating: 0, count: Self.bins)
         var cachedConstant: (value: Float, power: [Float])?
         var peak = -Float.infinity
-        x.withUnsafeBufferPointer { xs in
-            cosTable.withUnsafeBufferPointer { ct in
-                sinTable.withUnsafeBufferPointer { st in
-                    for t in 0..<(total - 1) {
-                        let w = xs.baseAddress! + t * Self.hop
-                        // Padding at the start is constant: its spectrum is computed once.
-                        var constant = true
-                        let first = w[0]
-                        for n in 1..<Self.fft where w[n] != first { constant = false; break }
-                        if constant, let cached = cachedConstant, cached.value == first {
-                            power = cached.power
-                        } else {
-                            for k in 0..<Self.bins {
-                                var re: Float = 0, im: Float = 0
-                                let cr = ct.baseAddress! + k * Self.fft, sr = st.baseAddress! + k * Self.fft
-                                for n in 0..<Self.fft {
-                                    re += w[n] * cr[n]
-                                    im += w[n] * sr[n]
-                                }
-                                power[k] = re * re + im * im
-                            }
-                            if constant { cachedConstant = (first, power) }
-                        }
-                        for m in 0..<mels {
-                            var e: Float = 0
-                            for k in 0..<Self.bins { e += filters[k * mels + m] * power[k] }
-                            let v = log10(max(e, 1e-10))
-                            out[m * frames + t] = v
-                            if v > peak { peak = v }
-                        }
-                    }
-                }
+        var frame = [Float](repeating: 0, count: Self.fft)
+        var scratch = DFT400.Scratch()
+        for t in 0..<(total - 1) {
+            let base = t * Self.hop
+            // Padding at the start is constant: its spectrum is computed once.
+            let first = x[base]
+            var constant = true
+            for n in 1..<Self.fft where x[base + n] != first { constant = false; break }
+            if constant, let cached = cachedConstant, cached.value == first {
+                power = cached.power
+            } else {
+                for n in 0..<Self.fft { frame[n] = x[base + n] * window[n] }
+                dft.power(frame, into: &power, scratch: &scratch)
+                if constant { cachedConstant = (first, power) }
+            }
+            for m in 0..<mels {
+                var e: Float = 0
+                for k in 0..<Self.bins { e += filters[k * mels + m] * power[k] }
+                let v = log10(max(e, 1e-10))
+                out[m * frames + t] = v
+                if v > peak { peak = v }
             }
         }
         let floor = peak - 8
@@ -127,5 +106,68 @@ struct WhisperLogMel: Sendable {
             }
         }
         return w
+    }
+}
+
+/// The power spectrum (bins 0...200) of 400 real samples: a Cooley–Tukey split into 25 transforms of
+/// 16 points, twiddles, and 16 transforms of 25 points (16.4k complex products instead of 160k).
+struct DFT400: Sendable {
+    static let n1 = 16, n2 = 25, n = 400
+    private let c16: [Float], s16: [Float], c25: [Float], s25: [Float], tc: [Float], ts: [Float]
+
+    /// Working storage, reused between calls.
+    struct Scratch {
+        var re = [Float](repeating: 0, count: DFT400.n)
+        var im = [Float](repeating: 0, count: DFT400.n)
+    }
+
+    init() {
+        func table(_ size: Int, _ f: (Double) -> Double) -> [Float] {
+            (0..<(size * size)).map { i in Float(f(2 * Double.pi * Double((i / size) * (i % size) % size) / Double(size))) }
+        }
+        c16 = table(Self.n1, cos); s16 = table(Self.n1, sin)
+        c25 = table(Self.n2, cos); s25 = table(Self.n2, sin)
+        var tc = [Float](repeating: 0, count: Self.n), ts = tc
+        for a in 0..<Self.n2 {
+            for k1 in 0..<Self.n1 {
+                let angle = 2 * Double.pi * Double(a * k1) / Double(Self.n)
+                tc[a * Self.n1 + k1] = Float(cos(angle)); ts[a * Self.n1 + k1] = Float(sin(angle))
+            }
+        }
+        self.tc = tc; self.ts = ts
+    }
+
+    /// `power[k] = |X[k]|²` for k in 0...200, X[k] = Σ x[j] e^(-2πijk/400).
+    func power(_ x: [Float], into power: inout [Float], scratch: inout Scratch) {
+        let n1 = Self.n1, n2 = Self.n2
+        // Stage 1: for each a (0..<25), the 16-point transform of x[25·b + a] over b, with twiddles.
+        for a in 0..<n2 {
+            for k1 in 0..<n1 {
+                var re: Float = 0, im: Float = 0
+                for b in 0..<n1 {
+                    let v = x[n2 * b + a]
+                    re += v * c16[b * n1 + k1]
+                    im -= v * s16[b * n1 + k1]
+                }
+                let wc = tc[a * n1 + k1], ws = ts[a * n1 + k1]
+                scratch.re[a * n1 + k1] = re * wc + im * ws
+                scratch.im[a * n1 + k1] = im * wc - re * ws
+            }
+        }
+        // Stage 2: for each k1, the 25-point transform over a gives X[k1 + 16·k2].
+        for k1 in 0..<n1 {
+            for k2 in 0..<n2 {
+                let k = k1 + n1 * k2
+                if k > 200 { continue }
+                var re: Float = 0, im: Float = 0
+                for a in 0..<n2 {
+                    let r = scratch.re[a * n1 + k1], i = scratch.im[a * n1 + k1]
+                    let c = c25[a * n2 + k2], s = s25[a * n2 + k2]
+                    re += r * c + i * s
+                    im += i * c - r * s
+                }
+                power[k] = re * re + im * im
+            }
+        }
     }
 }
