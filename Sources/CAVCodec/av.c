@@ -233,6 +233,9 @@ void vp_aac_decoder_destroy(vp_aac_decoder *d) {
 
 /* ---- audio files ---- */
 
+/* The most one decoded frame may take; the rates a frame may change to (those a file may have). */
+#define VP_MEDIA_MAX_FRAME_BYTES (32 << 20)
+
 struct vp_media_reader {
     AVFormatContext *fmt;
     AVCodecContext *ctx;
@@ -243,7 +246,37 @@ struct vp_media_reader {
     int16_t *pending;
     int pending_cap, pending_frames, pending_offset;
     int flushing, finished;
+    int format_changes;
+    /* Sample frames delivered so far (the media time of what comes next). */
+    int64_t decoded;
+    /* Damage: frames skipped or undecodable, in all and in a row; media time of the first and last. */
+    int damaged, damaged_in_row;
+    double damage_first, damage_last;
+    /* Raw streams (MP3, ADTS AAC) are contiguous: bytes skipped between packets are damage. */
+    int contiguous;
+    int64_t next_pos, first_pos;
+    /* Media time (s) of the packet being decoded, from its timestamp; -1 when it has none. */
+    double packet_time;
 };
+
+/* Decoding goes on past damage, as FFmpeg's own tools do; only this many damaged frames in a row
+ * with nothing decodable between them end the file with an error. */
+#define VP_MEDIA_MAX_DAMAGE_IN_ROW 500
+
+static double media_now(const vp_media_reader *m) {
+    return m->conv.out_rate > 0 ? (double)m->decoded / m->conv.out_rate : 0;
+}
+
+static void note_damage(vp_media_reader *m, int frames) {
+    if (frames <= 0) return;
+    /* Where the damage is in the file: the packet's own time when it has one (audio lost earlier
+     * does not shift it), else the audio decoded so far. */
+    double t = m->packet_time >= 0 ? m->packet_time : media_now(m);
+    if (m->damaged == 0) m->damage_first = t;
+    m->damage_last = t;
+    m->damaged += frames;
+    m->damaged_in_row += frames;
+}
 
 vp_media_reader *vp_media_open(const char *path, char *err, size_t errlen) {
     quiet_once();
@@ -269,11 +302,16 @@ vp_media_reader *vp_media_open(const char *path, char *err, size_t errlen) {
     if (r < 0) { put_err(err, errlen, "cannot open its audio decoder", r); vp_media_close(m); return NULL; }
     m->conv.out_rate = m->ctx->sample_rate;
     m->conv.out_channels = m->ctx->ch_layout.nb_channels;
+    const char *container = m->fmt->iformat ? m->fmt->iformat->name : "";
+    m->contiguous = strcmp(container, "mp3") == 0 || strcmp(container, "aac") == 0;
+    m->next_pos = m->first_pos = -1;
+    m->packet_time = -1;
     if (m->conv.out_rate <= 0 || m->conv.out_channels <= 0 || m->conv.out_channels > 8) {
         put_err(err, errlen, "its audio stream has no usable sample rate or channel count", 0);
         vp_media_close(m);
         return NULL;
     }
+
     return m;
 }
 
@@ -294,7 +332,32 @@ static int media_decode_next(vp_media_reader *m, char *err, size_t errlen) {
     for (;;) {
         int r = avcodec_receive_frame(m->ctx, m->frame);
         if (r == 0) {
-            int room = converter_room(&m->conv, m->frame);
+            /* A frame whose format differs from the stream's is converted to the stream's, but only
+             * within the rates and channel counts a file may have, and only when converting it
+             * needs a bounded buffer: a frame declaring 1 Hz in a 384 kHz stream would otherwise
+             * ask for gigabytes. */
+            int rate = m->frame->sample_rate, channels = m->frame->ch_layout.nb_channels;
+            if (rate != m->conv.out_rate || channels != m->conv.out_channels) {
+                if (rate < VP_MEDIA_MIN_RATE || rate > VP_MEDIA_MAX_RATE || channels < 1 || channels > 8) {
+                    char what[160];
+                    snprintf(what, sizeof what, "the audio format changes at %.2f s from %d Hz, %d channels to %d Hz, %d channels, which cannot be played; refused",
+                             media_now(m), m->conv.out_rate, m->conv.out_channels, rate, channels);
+                    av_frame_unref(m->frame);
+                    put_err(err, errlen, what, 0);
+                    return -1;
+                }
+                m->format_changes++;
+            }
+            int64_t room64 = av_rescale_rnd(m->frame->nb_samples, m->conv.out_rate, rate > 0 ? rate : m->conv.out_rate, AV_ROUND_UP) + 256;
+            if (room64 * m->conv.out_channels * (int64_t)sizeof(int16_t) > VP_MEDIA_MAX_FRAME_BYTES) {
+                char what[160];
+                snprintf(what, sizeof what, "a frame at %.2f s would decode to more than %d MB (%d samples at %d Hz); refused",
+                         media_now(m), VP_MEDIA_MAX_FRAME_BYTES >> 20, m->frame->nb_samples, rate);
+                av_frame_unref(m->frame);
+                put_err(err, errlen, what, 0);
+                return -1;
+            }
+            int room = (int)room64;
             int need = room * m->conv.out_channels;
             if (need > m->pending_cap) {
                 int16_t *p = av_realloc(m->pending, (size_t)need * sizeof(int16_t));
@@ -307,11 +370,23 @@ static int media_decode_next(vp_media_reader *m, char *err, size_t errlen) {
             if (n < 0) return -1;
             m->pending_frames = n;
             m->pending_offset = 0;
+            m->decoded += n;
+            m->damaged_in_row = 0;
             if (n > 0) return 1;
             continue;
         }
         if (r == AVERROR_EOF) return 0;
-        if (r != AVERROR(EAGAIN)) { put_err(err, errlen, "decoding failed", r); return -1; }
+        if (r != AVERROR(EAGAIN)) {
+            /* A frame the decoder could not decode: skipped, counted, decoding goes on. */
+            note_damage(m, 1);
+            if (m->damaged_in_row > VP_MEDIA_MAX_DAMAGE_IN_ROW) {
+                char what[96];
+                snprintf(what, sizeof what, "undecodable audio from %.2f s (%d damaged frames in a row)", m->damage_first, m->damaged_in_row);
+                put_err(err, errlen, what, r);
+                return -1;
+            }
+            continue;
+        }
         if (m->flushing) return 0;
         r = av_read_frame(m->fmt, m->pkt);
         if (r == AVERROR_EOF) {
@@ -319,17 +394,44 @@ static int media_decode_next(vp_media_reader *m, char *err, size_t errlen) {
             avcodec_send_packet(m->ctx, NULL);
             continue;
         }
-        if (r < 0) { put_err(err, errlen, "reading failed", r); return -1; }
+        if (r < 0) {
+            char where[64];
+            snprintf(where, sizeof where, "reading failed at %.2f s", media_now(m));
+            put_err(err, errlen, where, r);
+            return -1;
+        }
         if (m->pkt->stream_index != m->stream) { av_packet_unref(m->pkt); continue; }
+        {
+            AVStream *st = m->fmt->streams[m->stream];
+            int64_t ts = m->pkt->pts != AV_NOPTS_VALUE ? m->pkt->pts : m->pkt->dts;
+            int64_t start = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
+            m->packet_time = ts != AV_NOPTS_VALUE && st->time_base.den > 0 ? (double)(ts - start) * av_q2d(st->time_base) : -1;
+            /* In a raw stream timestamps are counted from the packets found, so frames skipped in a
+             * damaged stretch do not advance them; the byte position at the stream's bit rate does. */
+            if (m->contiguous && m->pkt->pos >= 0 && st->codecpar->bit_rate > 0) {
+                if (m->first_pos < 0) m->first_pos = m->pkt->pos;
+                m->packet_time = (double)(m->pkt->pos - m->first_pos) * 8.0 / (double)st->codecpar->bit_rate;
+            }
+        }
+        if (m->contiguous && m->pkt->pos >= 0) {
+            /* Bytes skipped since the last packet: the demuxer resynchronized past a damaged frame. */
+            if (m->next_pos >= 0 && m->pkt->pos > m->next_pos) {
+                int64_t size = m->pkt->size > 0 ? m->pkt->size : 1;
+                note_damage(m, (int)((m->pkt->pos - m->next_pos + size - 1) / size));
+            }
+            m->next_pos = m->pkt->pos + m->pkt->size;
+        }
         r = avcodec_send_packet(m->ctx, m->pkt);
         av_packet_unref(m->pkt);
         if (r < 0 && r != AVERROR(EAGAIN)) {
-            char where[96];
-            double t = m->fmt->streams[m->stream]->time_base.den > 0 && m->pkt->pts != AV_NOPTS_VALUE
-                ? (double)m->pkt->pts * av_q2d(m->fmt->streams[m->stream]->time_base) : -1;
-            snprintf(where, sizeof where, t >= 0 ? "corrupt audio data at %.2f s" : "corrupt audio data", t);
-            put_err(err, errlen, where, r);
-            return -1;
+            /* A damaged packet: skipped, counted, decoding goes on (as FFmpeg's own tools do). */
+            note_damage(m, 1);
+            if (m->damaged_in_row > VP_MEDIA_MAX_DAMAGE_IN_ROW) {
+                char what[96];
+                snprintf(what, sizeof what, "undecodable audio from %.2f s (%d damaged frames in a row)", m->damage_first, m->damaged_in_row);
+                put_err(err, errlen, what, r);
+                return -1;
+            }
         }
     }
 }
@@ -354,6 +456,12 @@ int vp_media_read(vp_media_reader *m, int16_t *out, int cap, char *err, size_t e
     return written;
 }
 
+int vp_media_damage(const vp_media_reader *m, double *first, double *last) {
+    if (first) *first = m->damage_first;
+    if (last) *last = m->damage_last;
+    return m->damaged;
+}
+
 int vp_media_rewind(vp_media_reader *m, char *err, size_t errlen) {
     int r = av_seek_frame(m->fmt, m->stream, 0, AVSEEK_FLAG_BACKWARD);
     if (r < 0) r = avformat_seek_file(m->fmt, -1, INT64_MIN, 0, 0, 0);
@@ -361,6 +469,8 @@ int vp_media_rewind(vp_media_reader *m, char *err, size_t errlen) {
     avcodec_flush_buffers(m->ctx);
     m->pending_frames = m->pending_offset = 0;
     m->flushing = m->finished = 0;
+    m->decoded = 0;
+    m->next_pos = -1;
     return 0;
 }
 

@@ -38,6 +38,10 @@ int vp_aac_decoder_decode(vp_aac_decoder *d, const uint8_t *packet, int len, int
                           int *channels, int *rate, char *err, size_t errlen);
 void vp_aac_decoder_destroy(vp_aac_decoder *d);
 
+/* The sample rates voicepipe reads from a file (as for WAV); a stream outside them is refused. */
+#define VP_MEDIA_MIN_RATE 1000
+#define VP_MEDIA_MAX_RATE 768000
+
 /* Opens an audio file of any container and codec FFmpeg knows (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC, ...).
  * NULL when it cannot be opened or holds no decodable audio stream. */
 vp_media_reader *vp_media_open(const char *path, char *err, size_t errlen);
@@ -49,8 +53,13 @@ double vp_media_duration(const vp_media_reader *r);
 const char *vp_media_codec(const vp_media_reader *r);
 const char *vp_media_container(const vp_media_reader *r);
 /* Reads up to `cap` interleaved s16 samples in total (whole sample frames). Returns samples per channel
- * (> 0), 0 at the end of the file, -1 on a decoding error (message in `err`). */
+ * (> 0), 0 at the end of the file, -1 on a decoding error (message in `err`). A frame whose rate or
+ * channel count differs from the stream's is converted to the stream's format, unless its rate is
+ * outside VP_MEDIA_MIN_RATE...VP_MEDIA_MAX_RATE or it would decode to more than 32 MB: then -1. */
 int vp_media_read(vp_media_reader *r, int16_t *out, int cap, char *err, size_t errlen);
+/* Damage met so far (reading past it, as FFmpeg's tools do): the number of frames skipped or that
+ * could not be decoded, and in `first`/`last` the media time (s) where the first and last were. */
+int vp_media_damage(const vp_media_reader *r, double *first, double *last);
 /* Starts over from the beginning. 0 or -1. */
 int vp_media_rewind(vp_media_reader *r, char *err, size_t errlen);
 void vp_media_close(vp_media_reader *r);

@@ -1,3 +1,4 @@
+import Foundation
 import CAVCodec
 import PipelineCore
 
@@ -17,15 +18,29 @@ final class CompressedAudioFile: @unchecked Sendable {
     init(path: String) throws {
         var message = [CChar](repeating: 0, count: 256)
         guard let r = vp_media_open(path, &message, message.count) else {
+            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? nil
+            if let size, size < Self.tinyFileBytes {
+                let kind = (path as NSString).pathExtension.uppercased()
+                throw NodeError("truncated_file", "\(path): only \(size) bytes, too short to hold \(kind.isEmpty ? "any" : kind) audio (was it cut short?)")
+            }
             throw NodeError("unsupported_audio", "\(path): not a WAV file, and not audio FFmpeg can decode (\(avMessage(message)))")
+        }
+        let rate = Int(vp_media_rate(r))
+        guard (Int(VP_MEDIA_MIN_RATE)...Int(VP_MEDIA_MAX_RATE)).contains(rate) else {
+            let codec = String(cString: vp_media_codec(r))
+            vp_media_close(r)
+            throw NodeError("unsupported_audio", "\(path): \(codec) audio at \(rate) Hz; sample rates outside \(VP_MEDIA_MIN_RATE)...\(VP_MEDIA_MAX_RATE) Hz are not read (as for WAV)")
         }
         self.path = path
         reader = r
-        format = AudioFormat(sampleRate: Int(vp_media_rate(r)), channels: Int(vp_media_channels(r)))
+        format = AudioFormat(sampleRate: rate, channels: Int(vp_media_channels(r)))
         let d = vp_media_duration(r)
         duration = d > 0 ? d : nil
         description = "\(String(cString: vp_media_codec(r))) in \(String(cString: vp_media_container(r)))"
     }
+
+    /// Below this size a file FFmpeg cannot open is called too short rather than undecodable.
+    static let tinyFileBytes: UInt64 = 128
 
     deinit { vp_media_close(reader) }
 
@@ -36,6 +51,13 @@ final class CompressedAudioFile: @unchecked Sendable {
         guard n >= 0 else { throw NodeError("decode_failed", "\(path): \(avMessage(error))") }
         out.removeLast(out.count - Int(n) * format.channels)
         return out
+    }
+
+    /// Damage read past so far: frames skipped or undecodable, and the media time of the first and last.
+    var damage: (frames: Int, first: Double, last: Double) {
+        var first = 0.0, last = 0.0
+        let n = vp_media_damage(reader, &first, &last)
+        return (Int(n), first, last)
     }
 
     /// Back to the first sample.

@@ -81,7 +81,7 @@ public actor FileSourceNode: Node {
         defer { try? handle.close() }
 
         let out = context.output()
-        let outFrame = outFormat.frames(ms: frameMs) * outFormat.channels
+        let outFrame = samplesPerFrame(outFormat)
         let inFrameBytes = header.encoding.bytes * header.format.channels
         let chunkBytes = max(1, header.format.frames(ms: frameMs)) * inFrameBytes
         var pending: [Int16] = []
@@ -113,12 +113,15 @@ public actor FileSourceNode: Node {
 
     private var sampleIndex: Int64 = 0
 
-    /// A RIFF/RF64 header, or too short to be anything else: the WAV reader (and its messages) takes it.
+    /// A RIFF/RF64 header: the WAV reader (and its messages) takes it. A file too short to tell by
+    /// its bytes goes by its name: `.wav` (or no extension) to the WAV reader, `memo.mp3` to FFmpeg's,
+    /// so that a tiny `.mp3` is not called too short for a WAV header.
     private static func looksLikeWAV(_ path: String) -> Bool {
         guard let h = FileHandle(forReadingAtPath: path) else { return true }
         defer { try? h.close() }
-        guard let head = try? h.read(upToCount: 12), head.count == 12 else { return true }
-        return head.prefix(4) == Data("RIFF".utf8) || head.prefix(4) == Data("RF64".utf8)
+        let head = (try? h.read(upToCount: 12)) ?? Data()   // nil for an empty file
+        if head.count == 12 { return head.prefix(4) == Data("RIFF".utf8) || head.prefix(4) == Data("RF64".utf8) }
+        return ["", "wav", "wave", "rf64", "bwf"].contains((path as NSString).pathExtension.lowercased())
     }
 
     /// A compressed file, decoded by FFmpeg as it is read.
@@ -128,16 +131,24 @@ public actor FileSourceNode: Node {
         let outFormat = AudioFormat(sampleRate: target.rate ?? file.format.sampleRate, channels: target.channels ?? file.format.channels)
         let converter = try AudioConverter(from: file.format, to: outFormat, quality: 5)
         let out = context.output()
-        let outFrame = outFormat.frames(ms: frameMs) * outFormat.channels
+        let outFrame = samplesPerFrame(outFormat)
         let chunk = max(1, file.format.frames(ms: frameMs))
         let pacer = context.makePacer()
         var pending: [Int16] = []
         var announced = false
+        var reported = 0
         repeat {
             var decodedFrames = 0
             while true {
                 try Task.checkCancellation()
-                let decoded = try file.read(frames: chunk)
+                let decoded: [Int16]
+                do {
+                    decoded = try file.read(frames: chunk)
+                } catch {
+                    try? await reportDamage(file, reported: &reported, context: context)
+                    throw error
+                }
+                if file.damage.frames > reported { try await reportDamage(file, reported: &reported, context: context) }
                 if decoded.isEmpty { break }
                 if !announced {
                     announced = true
@@ -155,17 +166,40 @@ public actor FileSourceNode: Node {
                 context.count("empty_input")
                 return
             }
-            if loop && !Task.isCancelled { try file.rewind() }
+            if loop && !Task.isCancelled { try file.rewind(); reported = 0 }
         } while loop && !Task.isCancelled
         pending += converter.flush()
         try await emitWhole(&pending, frame: outFrame, context: context, out: out, pacer: pacer, format: outFormat)
         if !pending.isEmpty { try await emit(context: context, out: out, pacer: pacer, format: outFormat, pending) }
     }
 
+    /// Interleaved samples in one frame of `frame_ms`: at least one sample per channel, so a very low
+    /// rate (a 40 Hz file at 20 ms) never makes empty frames that would be sent without end.
+    private func samplesPerFrame(_ format: AudioFormat) -> Int {
+        max(1, format.frames(ms: frameMs)) * format.channels
+    }
+
+    /// Damage read past (frames skipped or undecodable): said once per damaged stretch, as an `error`
+    /// event (`damaged_audio`) and a warning on stderr, with the count and the media time.
+    private func reportDamage(_ file: CompressedAudioFile, reported: inout Int, context: NodeContext) async throws {
+        let d = file.damage
+        guard d.frames > reported else { return }
+        let new = d.frames - reported
+        reported = d.frames
+        let span = d.first == d.last ? String(format: "at %.2f s", d.last) : String(format: "at %.2f s to %.2f s", d.first, d.last)
+        let at = new == d.frames ? span : String(format: "at %.2f s", d.last) + " (\(d.frames) in all, \(span))"
+        let message = "\(path): \(new) damaged audio frame\(new == 1 ? "" : "s") skipped \(at)"
+        context.logger.warning("\(message)")
+        context.count("damaged_frames", by: UInt64(new))
+        try await context.emitError(code: "damaged_audio", message: message)
+    }
+
     /// Emits every whole frame in `pending`, keeping the remainder (one copy, not one per frame).
     private func emitWhole(_ pending: inout [Int16], frame: Int, context: NodeContext, out: OutputPort, pacer: Pacer, format: AudioFormat) async throws {
+        precondition(frame > 0, "a frame holds at least one sample")
         var start = 0
         while pending.count - start >= frame {
+            try Task.checkCancellation()
             try await emit(context: context, out: out, pacer: pacer, format: format, Array(pending[start..<start + frame]))
             start += frame
         }
@@ -183,7 +217,7 @@ public actor FileSourceNode: Node {
         try await announce(context, format: outFormat)
         let out = context.output()
         let pacer = context.makePacer()
-        let outFrame = outFormat.frames(ms: frameMs) * outFormat.channels
+        let outFrame = samplesPerFrame(outFormat)
         let inFrameBytes = encoding.bytes * rawFormat.channels
         var carry: [UInt8] = []
         var pending: [Int16] = []
