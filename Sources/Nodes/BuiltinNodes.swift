@@ -10,7 +10,7 @@ public enum BuiltinNodes {
     /// Every built-in descriptor. Each family lists its own in `<Family>/<Family>Nodes.swift`.
     public static var all: [NodeDescriptor] {
         SourceNodes.all + SinkNodes.all + DSPNodes.all + CodecNodes.all + ASRNodes.all + SpeechNodes.all + ResponderNodes.all + AvatarNodes.all
-            + NetworkNodes.all + AudioDeviceNodes.all
+            + NetworkNodes.all + AudioDeviceNodes.all + WakeNodes.all
     }
 
     /// A registry holding every built-in node type.

@@ -1,0 +1,152 @@
+import Foundation
+import PipelineCore
+import Synchronization
+
+/// Where the wake word files are: TensorFlow Lite's C library and openWakeWord's models.
+///
+/// Looked up in this order: `$VOICEPIPE_TFLITE` (the library file) and `$VOICEPIPE_WAKE_MODELS` (the
+/// models folder), then `.deps/wake` (what `scripts/install-wake.sh` installs from the
+/// `pyopen-wakeword` wheel) in the working directory and above the running executable.
+enum WakeFiles {
+    static let libraryName = "libtensorflowlite_c.so"
+
+    static var prefixes: [String] {
+        SileroFiles.prefixes.map { ($0 as NSString).deletingLastPathComponent + "/wake" }
+    }
+
+    static func library() -> String {
+        if let env = ProcessInfo.processInfo.environment["VOICEPIPE_TFLITE"], !env.isEmpty { return env }
+        return prefixes.map { $0 + "/lib/" + libraryName }.first { FileManager.default.fileExists(atPath: $0) } ?? libraryName
+    }
+
+    /// The models folder: `explicit` when given, else the first one found.
+    static func models(_ explicit: String?) -> String? {
+        if let explicit { return explicit }
+        if let env = ProcessInfo.processInfo.environment["VOICEPIPE_WAKE_MODELS"], !env.isEmpty { return env }
+        return prefixes.map { $0 + "/models" }.first { FileManager.default.fileExists(atPath: $0 + "/melspectrogram.tflite") }
+    }
+
+    static var modelSearch: String {
+        (["$VOICEPIPE_WAKE_MODELS"] + prefixes.map { $0 + "/models" }).joined(separator: ", ")
+    }
+}
+
+/// TensorFlow Lite's C API, loaded with `dlopen` on first use (nothing links against it at build time).
+struct TFLiteAPI: @unchecked Sendable {
+    // Function pointers from the library: immutable after loading, process-wide, never unloaded.
+    typealias ModelCreate = @convention(c) (UnsafePointer<CChar>) -> OpaquePointer?
+    typealias InterpreterCreate = @convention(c) (OpaquePointer?, OpaquePointer?) -> OpaquePointer?
+    typealias Status = @convention(c) (OpaquePointer?) -> Int32
+    typealias GetTensor = @convention(c) (OpaquePointer?, Int32) -> OpaquePointer?
+    typealias Resize = @convention(c) (OpaquePointer?, Int32, UnsafePointer<Int32>, Int32) -> Int32
+    typealias Copy = @convention(c) (OpaquePointer?, UnsafeRawPointer?, Int) -> Int32
+    typealias CopyOut = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, Int) -> Int32
+    typealias ByteSize = @convention(c) (OpaquePointer?) -> Int
+    typealias NumDims = @convention(c) (OpaquePointer?) -> Int32
+    typealias Dim = @convention(c) (OpaquePointer?, Int32) -> Int32
+    typealias Delete = @convention(c) (OpaquePointer?) -> Void
+
+    let modelCreateFromFile: ModelCreate
+    let interpreterCreate: InterpreterCreate
+    let allocateTensors: Status
+    let invoke: Status
+    let inputTensor: GetTensor
+    let outputTensor: GetTensor
+    let resizeInput: Resize
+    let copyFrom: Copy
+    let copyTo: CopyOut
+    let byteSize: ByteSize
+    let numDims: NumDims
+    let dim: Dim
+    let interpreterDelete: Delete
+    let modelDelete: Delete
+
+    private static let loaded = Mutex<TFLiteAPI?>(nil)
+
+    /// The API, loading the library on first use.
+    static func shared() throws -> TFLiteAPI {
+        try loaded.withLock { (state: inout TFLiteAPI?) throws -> TFLiteAPI in
+            if let api = state { return api }
+            let path = WakeFiles.library()
+            guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
+                let why = dlerror().map { String(cString: $0) } ?? "dlopen failed"
+                throw NodeError("tflite_missing", "wake words need TensorFlow Lite's C library, which could not be loaded from \(path) (\(why)); run scripts/install-wake.sh, or set VOICEPIPE_TFLITE to a libtensorflowlite_c.so")
+            }
+            func sym<T>(_ name: String, _: T.Type) throws -> T {
+                guard let p = dlsym(handle, name) else {
+                    throw NodeError("tflite_missing", "\(path) has no \(name): not a TensorFlow Lite C library")
+                }
+                return unsafeBitCast(p, to: T.self)
+            }
+            let api = TFLiteAPI(
+                modelCreateFromFile: try sym("TfLiteModelCreateFromFile", ModelCreate.self),
+                interpreterCreate: try sym("TfLiteInterpreterCreate", InterpreterCreate.self),
+                allocateTensors: try sym("TfLiteInterpreterAllocateTensors", Status.self),
+                invoke: try sym("TfLiteInterpreterInvoke", Status.self),
+                inputTensor: try sym("TfLiteInterpreterGetInputTensor", GetTensor.self),
+                outputTensor: try sym("TfLiteInterpreterGetOutputTensor", GetTensor.self),
+                resizeInput: try sym("TfLiteInterpreterResizeInputTensor", Resize.self),
+                copyFrom: try sym("TfLiteTensorCopyFromBuffer", Copy.self),
+                copyTo: try sym("TfLiteTensorCopyToBuffer", CopyOut.self),
+                byteSize: try sym("TfLiteTensorByteSize", ByteSize.self),
+                numDims: try sym("TfLiteTensorNumDims", NumDims.self),
+                dim: try sym("TfLiteTensorDim", Dim.self),
+                interpreterDelete: try sym("TfLiteInterpreterDelete", Delete.self),
+                modelDelete: try sym("TfLiteModelDelete", Delete.self))
+            state = api
+            return api
+        }
+    }
+}
+
+/// One TensorFlow Lite model with one float input and one float output.
+///
+/// Not thread-safe: one interpreter belongs to one node.
+final class TFLiteModel {
+    private let api: TFLiteAPI
+    private let model: OpaquePointer
+    private let interpreter: OpaquePointer
+    private let input: OpaquePointer
+    private let output: OpaquePointer
+
+    /// Loads `path`, resizing the input to `shape` when given.
+    init(path: String, inputShape shape: [Int32]? = nil) throws {
+        let api = try TFLiteAPI.shared()
+        self.api = api
+        guard FileManager.default.isReadableFile(atPath: path), let m = api.modelCreateFromFile(path) else {
+            throw NodeError("wake_model", "cannot load the wake word model \(path)")
+        }
+        guard let i = api.interpreterCreate(m, nil) else {
+            api.modelDelete(m)
+            throw NodeError("wake_model", "cannot create an interpreter for \(path)")
+        }
+        model = m
+        interpreter = i
+        if let shape {
+            _ = shape.withUnsafeBufferPointer { api.resizeInput(i, 0, $0.baseAddress!, Int32(shape.count)) }
+        }
+        guard api.allocateTensors(i) == 0, let inT = api.inputTensor(i, 0), let outT = api.outputTensor(i, 0) else {
+            api.interpreterDelete(i); api.modelDelete(m)
+            throw NodeError("wake_model", "cannot allocate the tensors of \(path)")
+        }
+        input = inT
+        output = outT
+    }
+
+    deinit {
+        api.interpreterDelete(interpreter)
+        api.modelDelete(model)
+    }
+
+    /// The input tensor's dimensions.
+    var inputShape: [Int] { (0..<api.numDims(input)).map { Int(api.dim(input, $0)) } }
+
+    /// Runs the model on `values`; returns the whole output.
+    func run(_ values: [Float]) throws -> [Float] {
+        let status = values.withUnsafeBytes { api.copyFrom(input, $0.baseAddress, $0.count) }
+        guard status == 0, api.invoke(interpreter) == 0 else { throw NodeError("wake_model", "TensorFlow Lite failed to run a model") }
+        var out = [Float](repeating: 0, count: api.byteSize(output) / 4)
+        _ = out.withUnsafeMutableBytes { api.copyTo(output, $0.baseAddress, $0.count) }
+        return out
+    }
+}

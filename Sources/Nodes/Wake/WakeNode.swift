@@ -1,0 +1,168 @@
+import Foundation
+import PipelineCore
+
+/// `wake`: wake word detection with openWakeWord's models (``OpenWakeWord``, on TensorFlow Lite loaded
+/// at run time; `scripts/install-wake.sh` installs the library and the models `alexa`, `hey_jarvis`,
+/// `hey_mycroft`, `hey_rhasspy`, `okay_nabu` from the `pyopen-wakeword` wheel).
+///
+/// A word whose score reaches `threshold` emits `wake` (`word`, `score`, `media_ms` of the end of the
+/// 80 ms step that fired) and marks the next frame with `FrameMarks.wake`, where the `slicer` starts a
+/// flow; the same word does not fire again within `refractory_ms`.
+///
+/// `gate: true` passes audio only while listening: from a detection until the VAD says the speech
+/// ended (its events linked back into `listen`: `vad.events -> wake.listen`). When no `speech_start`
+/// comes within `listen_timeout_ms` of the detection (or, without a `listen` link, once that much time
+/// has passed) the frame there is marked `speechEnd` with reason `wake_timeout`, which ends the flow.
+/// `gate: false` passes everything and only marks.
+///
+/// ```yaml
+/// wake: { type: wake, words: [hey_jarvis], gate: true, listen_timeout_ms: 5000 }
+/// ```
+public actor WakeNode: Node {
+    let words: [String]
+    let threshold: Double
+    let refractoryMs: Int
+    let gate: Bool
+    let listenTimeoutMs: Int
+    let models: String?
+
+    private var listening = false
+    private var heardSpeech = false
+    private var speechOver = false
+
+    init(configuration c: Configuration) {
+        words = c.words
+        threshold = c.threshold
+        refractoryMs = c.refractoryMs
+        gate = c.gate
+        listenTimeoutMs = c.listenTimeoutMs
+        models = c.models
+    }
+
+    public func run(_ context: NodeContext) async throws {
+        guard let folder = WakeFiles.models(models) else {
+            throw NodeError("wake_model_missing", "no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models")
+        }
+        let detector = try OpenWakeWord(folder: folder, words: words)
+        let linked = context.connectedInputs.contains("listen")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if linked {
+                group.addTask {
+                    for await frame in context.input("listen") {
+                        if let e = frame.event { await self.heard(e.name) }
+                    }
+                }
+            }
+            try await detect(detector, linked: linked, context: context)
+            group.cancelAll()
+            try await group.waitForAll()
+        }
+    }
+
+    /// The VAD's events: speech after a wake word, and its end.
+    private func heard(_ name: String) {
+        guard listening else { return }
+        if name == "speech_start" { heardSpeech = true }
+        if name == "speech_end" && heardSpeech { speechOver = true }
+    }
+
+    private func detect(_ detector: OpenWakeWord, linked: Bool, context: NodeContext) async throws {
+        let analysis = AudioFormat(sampleRate: 16000, channels: 1)
+        var converter: AudioConverter?
+        var inputFormat: AudioFormat?
+        var lastFired: [String: Int64] = [:]
+        var analysed: Int64 = 0
+        var origin: Int64?
+        var markNext: WakeMark?
+        var listenStart: Int64 = 0
+        for await frame in context.input() {
+            guard let audio = frame.audio else { try await context.send(frame); continue }
+            if origin == nil { origin = frame.pts }
+            if audio.format != inputFormat {
+                inputFormat = audio.format
+                converter = audio.format == analysis ? nil : try AudioConverter(from: audio.format, to: analysis, quality: 3)
+            }
+            let samples = converter?.convert(audio.samples) ?? audio.samples
+            var fired: (word: String, score: Double, at: Int64)?
+            let before = analysed
+            try detector.feed(samples) { _, scores in
+                for (i, s) in scores.enumerated() where Double(s) >= threshold && Double(s) > (fired?.score ?? 0) {
+                    fired = (detector.words[i].name, Double(s), 0)
+                }
+            }
+            analysed = before + Int64(samples.count)
+            let nowMs = analysed / 16 + MediaTime.millis(origin ?? 0)
+            var out = frame
+            if let m = markNext { out.marks.wake = m; markNext = nil }
+            if gate && listening {
+                let timedOut = nowMs - listenStart >= Int64(listenTimeoutMs) && (!heardSpeech || !linked)
+                if speechOver || timedOut {
+                    listening = false
+                    if timedOut {
+                        out.marks.speechEnd = true
+                        out.marks.endReason = .wakeTimeout
+                        try await context.emit("listen_end", [("media_ms", .int(nowMs))] + EndReason.wakeTimeout.fields)
+                    }
+                    try await context.send(out)
+                    continue
+                }
+            }
+            if !gate || listening || out.marks.wake != nil { try await context.send(out) }
+            if let f = fired, nowMs - (lastFired[f.word] ?? Int64.min / 2) >= Int64(refractoryMs) {
+                lastFired[f.word] = nowMs
+                try await context.emit("wake", [("word", .string(f.word)), ("score", .double((f.score * 1000).rounded() / 1000)), ("media_ms", .int(nowMs))])
+                markNext = WakeMark(word: f.word, score: f.score)
+                if gate {
+                    listening = true
+                    heardSpeech = false
+                    speechOver = false
+                    listenStart = nowMs
+                }
+            }
+        }
+    }
+
+    /// Configuration of `wake`.
+    public struct Configuration: NodeConfiguration {
+        public var words: [String]
+        public var threshold: Double
+        public var refractoryMs: Int
+        public var gate: Bool
+        public var listenTimeoutMs: Int
+        public var models: String?
+        public static let parameters: [ParamSpec] = [
+            ParamSpec("words", .stringList, default: .list([.string("hey_jarvis")]), doc: "the wake words: model names in the models folder (alexa, hey_jarvis, hey_mycroft, hey_rhasspy, okay_nabu)"),
+            ParamSpec("threshold", .double(0.05...0.99), default: 0.5, doc: "score at which a word fires"),
+            ParamSpec("refractory_ms", .int(0...60_000), default: 2000, doc: "a word does not fire again within this time"),
+            ParamSpec("gate", .bool, default: false, doc: "pass audio only from a detection until the VAD's speech_end (linked into listen) or listen_timeout_ms without speech; false: pass everything"),
+            ParamSpec("listen_timeout_ms", .int(100...600_000), default: 8000, doc: "gate: with no speech_start this long after the wake word, end the flow with reason wake_timeout"),
+            ParamSpec("models", .path, doc: "folder with melspectrogram.tflite, embedding_model.tflite and <word>.tflite (default: .deps/wake/models, or $VOICEPIPE_WAKE_MODELS)"),
+        ]
+
+        public func problems() -> [String] {
+            if words.isEmpty { return ["give at least one wake word"] }
+            guard let folder = WakeFiles.models(models) else {
+                return ["no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models"]
+            }
+            return words.filter { !FileManager.default.fileExists(atPath: folder + "/" + $0 + ".tflite") }
+                .map { "no model for wake word \($0) in \(folder) (installed: \(OpenWakeWord.available(folder).joined(separator: ", ")))" }
+        }
+    }
+
+    /// Registry entry.
+    public static let descriptor = NodeDescriptor(
+        type: "wake",
+        summary: "Wake words (openWakeWord models on TensorFlow Lite); emits wake, marks the next frame so the slicer starts a flow; gate passes audio only while listening",
+        family: "Wake",
+        inputs: [PortSpec("in", [.audio]),
+                 PortSpec("listen", [.event], required: false, feedback: true, doc: "the VAD's events (speech_start / speech_end) closing the gate")],
+        outputs: [PortSpec("out", [.audio], required: false, doc: "the audio (only while listening with gate: true), the frame after a detection marked wake"), .events],
+        configuration: Configuration.self,
+        format: .passthrough,
+        make: { c, _ in WakeNode(configuration: c) })
+}
+
+/// The `wake` family.
+enum WakeNodes {
+    static let all: [NodeDescriptor] = [WakeNode.descriptor]
+}
