@@ -172,10 +172,18 @@ public actor AvatarNode: Node {
                 switch done {
                 case .channel, .drainTimeout:
                     if done == .drainTimeout {
+                        let left = channel.queue.count
                         context.count("drain_timeouts")
-                        context.logger.warning("command channel did not drain in time; \(channel.queue.count) commands not sent")
+                        context.logger.warning("command channel did not drain in time; \(left) commands not sent")
+                        try? await context.emitError(code: "avatar_drain_timeout",
+                                                     message: "the command channel did not drain in time: \(left) commands not sent")
                     }
                     group.cancelAll()
+                    let dropped = channel.queue.dropped
+                    if dropped > 0 {
+                        try? await context.emitError(code: "avatar_audio_dropped",
+                                                     message: "\(dropped) audio packets dropped while the command channel was down")
+                    }
                     return
                 case .inputs:
                     group.addTask { try await context.clock.sleep(for: s.drainTimeout); return .drainTimeout }

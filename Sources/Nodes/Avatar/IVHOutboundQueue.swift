@@ -2,13 +2,17 @@ import Synchronization
 
 /// The bounded queue of commands waiting for the command channel.
 ///
-/// While the channel is up a full queue suspends producers (back-pressure, lossless). While it is
-/// down, audio is held up to the capacity and the oldest held audio packet is dropped (and counted)
-/// to make room; heartbeats are not held. Interrupts go to the front.
+/// Before the channel first opens, and while it is up, a full queue suspends producers
+/// (back-pressure, lossless: a file read faster than real time waits for the channel rather than
+/// losing its beginning). While it is down after having been up, audio is held up to the capacity
+/// and the oldest held audio packet is dropped (and counted) to make room; heartbeats are not held.
+/// Interrupts go to the front.
 final class IVHOutboundQueue: Sendable {
     private struct State {
         var items: [IVHCommand] = []
         var connected = false
+        /// The channel has been up once: from then on, a channel down drops old audio.
+        var opened = false
         var finished = false
         var dropped: UInt64 = 0
         var consumer: CheckedContinuation<IVHCommand?, Never>?
@@ -49,7 +53,7 @@ final class IVHOutboundQueue: Sendable {
                     if front { s.items.insert(command, at: 0) } else { s.items.append(command) }
                     return .done(0)
                 }
-                if s.connected { return .wait }
+                if s.connected || !s.opened { return .wait }
                 var drops = 0
                 if let i = s.items.firstIndex(where: { if case .audio = $0 { true } else { false } }) {
                     s.items.remove(at: i)
@@ -65,7 +69,7 @@ final class IVHOutboundQueue: Sendable {
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
                         let now = state.withLock { s -> Bool in
-                            if s.items.count < capacity || !s.connected || s.finished || Task.isCancelled { return true }
+                            if s.items.count < capacity || (!s.connected && s.opened) || s.finished || Task.isCancelled { return true }
                             s.producers[id] = c
                             return false
                         }
@@ -114,6 +118,7 @@ final class IVHOutboundQueue: Sendable {
     func setConnected(_ up: Bool) {
         let wake = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             s.connected = up
+            if up { s.opened = true }
             let w = Array(s.producers.values); s.producers = [:]; return w
         }
         wake.forEach { $0.resume() }
