@@ -203,6 +203,57 @@ struct BargeInTests {
         }
     }
 
+    @Test("an interrupt stops pulse-sink and alsa-sink at once, the device's buffer included; interrupted says what was heard",
+          .enabled(if: AudioTestEnv.enabled), arguments: ["pulse-sink", "alsa-sink"])
+    func interruptStopsTheDevice(type: String) async throws {
+        let sink = try await PrivateSink.make()
+        defer { sink.close() }
+        let answer = "The weather today is sunny with a light breeze from the west. Later this evening some clouds will come in from the sea."
+        var registry = BuiltinNodes.registry()
+        registry.register(ScriptedSource.descriptor(type: "texts", kinds: [.text], steps: [.frame(.text(answer, pts: 7_000_000))]))
+        // The interruption: one event, 1.5 s after the start.
+        registry.register(ScriptedSource.descriptor(type: "barge", kinds: [.event],
+                                                    steps: [.wait(.milliseconds(1500)), .frame(.event(Event("barge_in")))]))
+        let device = type == "pulse-sink" ? sink.name : "pulse:DEVICE=\(sink.name)"
+        let yaml = """
+            version: 1
+            name: stop
+            nodes:
+              src: { type: texts }
+              barge: { type: barge }
+              tts: { type: tts }
+              spk: { type: \(type), device: "\(device)", rate: 16000, latency_ms: 200 }
+            links:
+              - src -> tts.text
+              - tts -> spk
+              - barge -> spk.interrupt
+            """
+        async let recording = recordMonitor(device: sink.monitor, seconds: 6)
+        try await Task.sleep(for: .milliseconds(500))
+        let graph = try GraphValidator.validate(GraphLoader.parse(yaml, environment: [:]), registry: registry)
+        let events = try await runPipeline(try Pipeline(graph: graph), timeout: .seconds(20))
+        let recorded = try await recording
+        let cut = try #require(events.first { $0.name == "interrupted" }, "\(events.map(\.name))")
+        let heardMs = try #require(cut["heard_ms"]?.intValue)
+        let text = try #require(cut["text"]?.stringValue)
+        // Playback began at once and was cut about 1.5 s in (the sink's buffer of 200 ms was not played out).
+        #expect(heardMs > 1000 && heardMs < 1900, "heard \(heardMs) ms")
+        #expect(!text.isEmpty && answer.hasPrefix(text) && text.count < answer.count / 2, "heard: \(text)")
+        // What the monitor recorded: sound for about heard_ms, then silence — nothing of the rest of the answer.
+        let blocks = stride(from: 0, to: recorded.count - 160, by: 160).map { i in
+            recorded[i..<i + 160].reduce(0.0) { $0 + Double($1) * Double($1) } / 160
+        }
+        let loud = blocks.enumerated().filter { $0.element > 1e4 }.map(\.offset)   // above about -50 dBFS
+        let first = try #require(loud.first), last = try #require(loud.last)
+        let soundedMs = (last - first) * 10
+        print("\(type): sound for \(soundedMs) ms, heard_ms \(heardMs)")
+        #expect(soundedMs < 2000, "the answer went on after the interrupt: sound for \(soundedMs) ms")
+        // heard_ms never says less than was audible; it may say a little more (the sound server holds more than
+        // it reports as latency, ALSA's pulse plugin more so, and quiet word edges are not "loud" here).
+        #expect(Int(heardMs) >= soundedMs - 150 && Int(heardMs) <= soundedMs + 500, "sound for \(soundedMs) ms, heard_ms \(heardMs)")
+        #expect(events.contains { $0.name == "playback_start" })
+    }
+
     @Test func aCoughDoesNotCutTheAnswerOff() async throws {
         // Events only: a VAD burst of 60 ms while the answer plays is ignored; 300 ms of speech is not.
         let h = try NodeHarness(BargeInNode.descriptor, parameters: ["min_speech_ms": 200])
