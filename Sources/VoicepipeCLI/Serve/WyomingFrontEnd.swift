@@ -12,7 +12,8 @@ import Synchronization
 /// recorded only), answered with one `transcript` holding the final texts. Audio in another rate or
 /// channel count than the template's `app-source` is converted; only 16-bit samples are taken. A session
 /// refused (server full or draining) or failing is an `error` event with a code, and the connection stays
-/// usable.
+/// usable. A graph with a `wake` node also answers each wake word as it is heard with `detection`
+/// (`name`, `timestamp` in ms of the session's audio) and lists its words under `wake` in `info`.
 enum WyomingFrontEnd {
     static func bind(server: ServeServer, route: ServeConfiguration.Route, group: any EventLoopGroup) async throws -> any Channel {
         let bootstrap = ServerBootstrap(group: group)
@@ -33,7 +34,13 @@ enum WyomingFrontEnd {
         let program: [String: any Sendable] = ["name": "voicepipe", "attribution": attribution, "installed": true,
                                                "description": "voicepipe serve, route \(route.name)", "version": "1",
                                                "models": [model], "supports_transcript_streaming": false]
-        return WyomingEvent(type: "info", data: ["asr": [program], "tts": [String](), "handle": [String](), "intent": [String](), "wake": [String]()])
+        // A graph with `wake` nodes is also a wake word service: its words are the models.
+        let words = route.graph.nodes.compactMap { $0.configuration as? WakeNode.Configuration }.flatMap(\.words)
+        let wakeModels: [[String: any Sendable]] = words.map { ["name": $0, "attribution": attribution, "installed": true, "description": "openWakeWord \($0)",
+                                                                "version": nil as String?, "languages": ["en"], "phrase": $0.replacingOccurrences(of: "_", with: " ")] }
+        let wake: [[String: any Sendable]] = words.isEmpty ? [] : [["name": "voicepipe-wake", "attribution": attribution, "installed": true,
+                                                                    "description": "voicepipe serve, route \(route.name)", "version": "1", "models": wakeModels]]
+        return WyomingEvent(type: "info", data: ["asr": [program], "tts": [String](), "handle": [String](), "intent": [String](), "wake": wake])
     }
 }
 
@@ -116,7 +123,8 @@ final class WyomingServeConnection: Sendable {
         let bus: SessionEvents
         var bytes = 0
 
-        init(pipeline: Pipeline, source: AppSourceNode, inputFormat: AudioFormat, converter: AudioConverter?, bus: SessionEvents) {
+        init(pipeline: Pipeline, source: AppSourceNode, inputFormat: AudioFormat, converter: AudioConverter?, bus: SessionEvents,
+             detected: @escaping @Sendable (WyomingEvent) -> Void = { _ in }) {
             self.pipeline = pipeline
             self.source = source
             self.inputFormat = inputFormat
@@ -127,6 +135,9 @@ final class WyomingServeConnection: Sendable {
             collect = Task {
                 for await e in events {
                     bus.forward(e)
+                    if e.name == "wake", let word = e["word"]?.stringValue {
+                        detected(WyomingEvent(type: "detection", data: ["name": word, "timestamp": e["media_ms"]?.intValue ?? 0]))
+                    }
                     guard e.name == "transcript" else { continue }
                     if case .bool(true)? = e["final"], let text = e["text"]?.stringValue, !text.isEmpty { finals.append(text) }
                 }
@@ -167,7 +178,8 @@ final class WyomingServeConnection: Sendable {
                     guard let source = pipeline.appSource(route.sourceID) else { throw PipelineError(node: route.sourceID, code: "no_source", message: "no app-source") }
                     let converter = format == route.format ? nil : try AudioConverter(from: format, to: route.format)
                     let bus = SessionEvents(server: server, route: route.name, session: NATSEventPublisher.newSessionID())
-                    session = Session(pipeline: pipeline, source: source, inputFormat: format, converter: converter, bus: bus)
+                    session = Session(pipeline: pipeline, source: source, inputFormat: format, converter: converter, bus: bus,
+                                      detected: { [self] in self.send($0) })
                     token = t
                     server.metrics.sessionStarted(route: route.name)
                     bus.started(protocol: "wyoming", remote: channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" })
