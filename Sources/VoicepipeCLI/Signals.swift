@@ -4,7 +4,8 @@ import Synchronization
 
 /// Process-wide signal handling, installed first thing in ``Voicepipe/main(registry:commands:arguments:)``.
 ///
-/// SIGINT, SIGTERM and SIGHUP are caught from the start: the C handler only writes the signal
+/// SIGINT, SIGTERM, SIGHUP and every other signal that would end the process (``stopSignals``)
+/// are caught from the start: the C handler only writes the signal
 /// number to a pipe (async-signal-safe) and a dedicated thread acts on it, so exactly one action
 /// happens per signal delivered. SIGPIPE is ignored: a closed pipe is an error on the write that
 /// hit it, reported by the node that wrote, not a silent death of the process.
@@ -36,7 +37,7 @@ enum SignalCenter {
         writeEnd = fds[1]
         let readEnd = fds[0]
         signal(SIGPIPE, SIG_IGN)
-        for sig in [SIGINT, SIGTERM, SIGHUP] {
+        for sig in stopSignals {
             var action = sigaction()
             #if os(Linux)
             action.__sigaction_handler.sa_handler = { sig in
@@ -64,6 +65,17 @@ enum SignalCenter {
         }
         thread.name = "voicepipe-signals"
         thread.start()
+    }
+
+    /// Every signal whose default action ends the process, so that none of them (SIGUSR1, SIGALRM,
+    /// a real-time signal...) leaves a WAV header at zero length: each is handled as SIGTERM is.
+    /// Signals that report a fault in the process itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
+    /// SIGSYS, SIGTRAP) keep their default action, and SIGPIPE is ignored.
+    static var stopSignals: [Int32] {
+        var list = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
+                    SIGIO, SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ]
+        list += Array(__libc_current_sigrtmin()...__libc_current_sigrtmax())
+        return list
     }
 
     private enum Decision { case act(@Sendable () -> Void), hold, exit }

@@ -211,6 +211,54 @@ struct RobustnessTests {
         try Self.expectFinalized(wav, kind)
     }
 
+    /// Signals whose default action ends the process are handled as SIGTERM: a graceful stop that
+    /// finalizes the WAV header and exits 0 (34 + 3 is SIGRTMIN+3 under glibc).
+    @Test("SIGUSR1, SIGALRM and the other signals that would end the process finalize the WAV file",
+          arguments: [("USR1", SIGUSR1), ("ALRM", SIGALRM), ("USR2", SIGUSR2), ("VTALRM", SIGVTALRM), ("QUIT", SIGQUIT), ("RTMIN+3", 37)])
+    func otherSignalsFinalize(name: String, sig: Int32) throws {
+        let dir = tempDir()
+        let (graph, wav) = try Self.recordingGraph(dir)
+        let p = try Running(voicepipeBinary, ["run", graph])
+        Thread.sleep(forTimeInterval: 1.0)
+        p.signal(sig)
+        let r = p.wait(timeout: 20)
+        #expect(r.status == 0, "SIG\(name): status \(r.status) \(r.stderr)")
+        #expect(r.seconds < 5, "SIG\(name): \(r.seconds) s")
+        try Self.expectFinalized(wav, "SIG\(name)")
+    }
+
+    /// A sink writing to a named pipe: nobody opens it, or the reader opens it and stops reading.
+    /// The first SIGINT still ends the run within the drain time.
+    @Test("a sink on a named pipe nobody reads never holds the process: the first SIGINT ends it",
+          arguments: [("wav-sink", false), ("jsonl-sink", false), ("wav-sink", true), ("jsonl-sink", true)])
+    func blockedPipe(sink: String, readerStalls: Bool) throws {
+        let dir = tempDir()
+        let fifo = dir.appendingPathComponent("out.fifo").path
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let graph = try writeGraph("""
+            version: 1
+            nodes:
+              src: { type: tone-source, duration_ms: 60000, realtime: true }
+              vol: { type: volume, interval_ms: 1 }
+              out: { type: \(sink), path: "\(fifo)" }
+            links:
+              - src -> vol
+              - \(sink == "wav-sink" ? "vol" : "vol.events") -> out
+            """, in: dir)
+        // A reader that opens the pipe and never reads: the pipe's 64 KB fill within seconds.
+        let reader = readerStalls ? try Running("/bin/bash", ["-c", "exec 3<'\(fifo)'; sleep 30"]) : nil
+        defer { reader?.signal(SIGKILL) }
+        let p = try Running(voicepipeBinary, ["run", graph])
+        Thread.sleep(forTimeInterval: readerStalls ? 4.0 : 1.0)
+        let signalled = Date()
+        p.signal(SIGINT)
+        let r = p.wait(timeout: 20)
+        let took = Date().timeIntervalSince(signalled)
+        #expect(took < 3.5, "\(sink), reader stalls \(readerStalls): \(took) s after SIGINT, status \(r.status) \(r.stderr)")
+        #expect(r.status == 0 || r.status == 1, "status \(r.status) \(r.stderr)")
+        #expect(r.stderr.contains(fifo), "the pipe is named: \(r.stderr)")
+    }
+
     /// True once the process catches SIGINT (bit 2 of SigCgt in /proc/PID/status).
     static func catchesSIGINT(_ pid: Int32) -> Bool {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),

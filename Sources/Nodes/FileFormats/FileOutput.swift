@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import PipelineCore
 import Synchronization
 
@@ -25,6 +26,13 @@ final class FileOutput: @unchecked Sendable {
         if !dir.isEmpty, !FileManager.default.fileExists(atPath: dir, isDirectory: &isDirectory) {
             throw NodeError("directory_not_found", "\(path): directory \(dir) does not exist")
         }
+        var st = stat()
+        if stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFIFO {
+            fd = try Self.openFIFO(path)
+            isFIFO = true
+            owned = true
+            return
+        }
         let d = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard d >= 0 else {
             let e = errno
@@ -35,6 +43,53 @@ final class FileOutput: @unchecked Sendable {
         owned = true
     }
 
+    /// True for a named pipe: opened and written without blocking, waiting in short polls that
+    /// notice when the calling task is cancelled (a stop), so a pipe nobody reads never holds the
+    /// process.
+    private(set) var isFIFO = false
+
+    private static let logger = Logger(label: "voicepipe")
+
+    /// How long one wait for a pipe's reader lasts before the task is checked for cancellation.
+    private static let pollMs: Int32 = 20
+
+    /// Opens a named pipe for writing, waiting for a reader to open it (or the task to be cancelled).
+    private static func openFIFO(_ path: String) throws -> Int32 {
+        var noticed = false
+        while true {
+            let d = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+            if d >= 0 { return d }
+            let e = errno
+            guard e == ENXIO || e == EINTR else {
+                throw NodeError("file_unwritable", "\(path): cannot open the pipe for writing: \(String(cString: strerror(e)))")
+            }
+            if Task.isCancelled {
+                throw NodeError("output_blocked", "\(path): no reader opened the pipe before the pipeline stopped; nothing was written")
+            }
+            if !noticed {
+                noticed = true
+                Self.logger.notice("\(path): waiting for a reader to open the pipe")
+            }
+            usleep(useconds_t(pollMs) * 1000)
+        }
+    }
+
+    /// Waits until a pipe written without blocking has room again; throws once the task is cancelled.
+    private func waitWritable() throws {
+        var waited: Int32 = 0
+        while true {
+            if waited == 1000 { Self.logger.warning("\(path): the reader of the pipe is not reading; output waits") }
+            if Task.isCancelled {
+                throw NodeError("output_blocked", "\(path): the reader of the pipe stopped reading; the output is incomplete")
+            }
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            let r = poll(&p, 1, Self.pollMs)
+            if r > 0 { return }
+            waited += Self.pollMs
+            if r < 0 && errno != EINTR { throw failure(errno) }
+        }
+    }
+
     /// Writes all of `bytes` at the current position.
     func write(_ bytes: UnsafeRawBufferPointer) throws {
         var done = 0
@@ -42,6 +97,7 @@ final class FileOutput: @unchecked Sendable {
             let n = Foundation.write(fd, bytes.baseAddress! + done, bytes.count - done)
             if n < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN && isFIFO { try waitWritable(); continue }
                 throw failure(errno)
             }
             done += n
@@ -61,6 +117,7 @@ final class FileOutput: @unchecked Sendable {
                 let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
                 if n < 0 {
                     if errno == EINTR { continue }
+                    if errno == ESPIPE { return }   // a pipe: what was written cannot be rewritten
                     throw failure(errno)
                 }
                 done += n
