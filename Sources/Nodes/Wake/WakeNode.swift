@@ -12,7 +12,8 @@ import PipelineCore
 /// `gate: true` passes audio only while listening: from a detection until the VAD says the speech
 /// ended (its events linked back into `listen`: `vad.events -> wake.listen`). When no `speech_start`
 /// comes within `listen_timeout_ms` of the detection (or, without a `listen` link, once that much time
-/// has passed) the frame there is marked `speechEnd` with reason `wake_timeout`, which ends the flow.
+/// has passed) the frame there is marked `speechEnd` with reason `wake_timeout`, which ends the flow,
+/// and `listen_end` (`media_ms`, `reason: wake_timeout`) is emitted.
 /// `gate: false` passes everything and only marks.
 ///
 /// ```yaml
