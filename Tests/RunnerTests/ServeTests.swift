@@ -22,14 +22,14 @@ struct ServeTests {
     }
 
     /// Writes a serve configuration (routes on the bundled recognizer template) and starts the server.
-    static func start(maxSessions: Int = 10, idleMs: Int = 15000, rawLimits: String = "", extra: String = "", in dir: URL) throws -> (Running, Int) {
+    static func start(maxSessions: Int = 10, idleMs: Int = 15000, rawLimits: String = "", extra: String = "", graceS: Int = 20, in dir: URL) throws -> (Running, Int) {
         let port = freePort()
         let config = dir.appendingPathComponent("serve.yaml")
         let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
         try """
             listen: { host: 127.0.0.1, port: \(port) }
             max_sessions: \(maxSessions)
-            drain_grace_s: 20
+            drain_grace_s: \(graceS)
             routes:
               - name: asr
                 path: /asr/v2/{appid}
@@ -231,6 +231,228 @@ struct ServeTests {
         #expect(transcripts.count == 2 && transcripts.allSatisfy { $0.contains("garage") }, "\(r.stdout)")
         let metrics = try Self.http(port, "/metrics").body
         #expect(metrics.contains("voicepipe_sessions_total{route=\"stt\",outcome=\"completed\"} 2"), "\(metrics)")
+    }
+
+    /// Starts serve with a Wyoming route (`stt`) on the recognizer template; returns the server, its HTTP and Wyoming ports.
+    static func startWyoming(idleMs: Int = 15000, graceS: Int = 20, in dir: URL) throws -> (Running, Int, Int) {
+        let wyomingPort = freePort()
+        let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
+        let (server, port) = try start(extra: """
+              - name: stt
+                protocol: wyoming
+                port: \(wyomingPort)
+                graph: \(template)
+                idle_timeout_ms: \(idleMs)
+            """, graceS: graceS, in: dir)
+        return (server, port, wyomingPort)
+    }
+
+    /// Runs the standard-library Wyoming client (Tests/Fixtures/wyoming_raw_client.py) with `steps`.
+    static func wyoming(_ port: Int, _ steps: [String], timeout: Double = 60) throws -> [String] {
+        let r = try voicepipeLike("/usr/bin/python3", [packageRoot.appendingPathComponent("Tests/Fixtures/wyoming_raw_client.py").path,
+                                                       "127.0.0.1", "\(port)"] + steps, timeout: timeout)
+        return r.stdout.split(separator: "\n").map(String.init) + (r.stderr.isEmpty ? [] : ["stderr: " + r.stderr])
+    }
+
+    /// The value of `voicepipe_sessions_active` for `route` (0 when the line is absent).
+    static func activeSessions(_ port: Int, route: String) throws -> Int {
+        let body = try http(port, "/metrics").body
+        let prefix = "voicepipe_sessions_active{route=\"\(route)\"} "
+        return body.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
+    }
+
+    @Test("Wyoming under hostile clients: chunks that split samples, formats named by the field at fault, audio-start inside a transcription")
+    func wyomingHostileChunks() throws {
+        let dir = tempDir()
+        let (server, port, wport) = try Self.startWyoming(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.speech(dir)
+        let stereo = dir.appendingPathComponent("stereo48.wav").path
+        _ = try Self.voicepipeLike("/usr/bin/sox", [wav, "-r", "48000", "-c", "2", stereo])
+        // Odd-length chunks (a byte of a sample carried to the next chunk), and chunks that end inside a
+        // stereo frame (2 mod 4 bytes).
+        for (file, rate, channels, chunk) in [(wav, 16000, 1, 3201), (wav, 16000, 1, 641), (stereo, 48000, 2, 9602)] {
+            let out = try Self.wyoming(wport, ["start:\(rate):2:\(channels)", "audio:\(file):\(chunk)", "stop", "read:60"])
+            #expect(out.first?.hasPrefix("transcript") == true && out.first?.contains("garage door") == true, "chunks of \(chunk) bytes: \(out)")
+        }
+        // A refused format names the field at fault.
+        for (start, field) in [("start:0:2:1", "rate 0"), ("start:16000:2:0", "channels 0"), ("start:16000:1:1", "width 1"), ("start:-5:2:1", "rate -5")] {
+            let out = try Self.wyoming(wport, [start, "read:10"])
+            #expect(out.first?.hasPrefix("error unsupported_format") == true && out.first?.contains(field) == true, "\(start): \(out)")
+        }
+        // audio-start inside an open transcription: the first is abandoned, the gauge comes back to 0.
+        let again = try Self.wyoming(wport, ["start:16000:2:1", "audio:\(wav):3200", "start:16000:2:1", "audio:\(wav):3200", "stop", "read:60"])
+        #expect(again.first?.contains("garage door") == true, "\(again)")
+        _ = try Self.wyoming(wport, ["start:16000:2:1", "audio:\(wav):3200", "start:16000:2:1", "start:16000:2:1", "sleep:0.5"])
+        var active = -1
+        for _ in 0..<50 {
+            active = try Self.activeSessions(port, route: "stt")
+            if active == 0 { break }
+            usleep(100_000)
+        }
+        #expect(active == 0, "sessions active after every client left: \(active)")
+    }
+
+    @Test("Wyoming: a transcription idle after audio-start is timed out; one open when the drain ends still gets its transcript")
+    func wyomingIdleAndDrain() throws {
+        let dir = tempDir()
+        let wav = try Self.speech(dir)
+        do {
+            let (server, _, wport) = try Self.startWyoming(idleMs: 800, in: dir)
+            defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+            for steps in [["start:16000:2:1", "read:10"], ["start:16000:2:1", "audio:\(wav):3200", "read:10"]] {
+                let began = Date()
+                let out = try Self.wyoming(wport, steps + ["read:5"])
+                #expect(out.first?.hasPrefix("error idle") == true && out.dropFirst().first == "closed", "\(steps): \(out)")
+                #expect(Date().timeIntervalSince(began) < 6, "timed out in \(Date().timeIntervalSince(began)) s")
+            }
+        }
+        // SIGTERM with a transcription open (audio sent, no audio-stop): at the end of the grace period it
+        // is finished as if audio-stop had come, and its client gets the transcript.
+        let (server, _, wport) = try Self.startWyoming(graceS: 1, in: dir)
+        let client = try Running("/usr/bin/python3", [packageRoot.appendingPathComponent("Tests/Fixtures/wyoming_raw_client.py").path,
+                                                     "127.0.0.1", "\(wport)", "start:16000:2:1", "audio:\(wav):3200", "read:30"])
+        Thread.sleep(forTimeInterval: 1.5)
+        server.signal(SIGTERM)
+        let r = client.wait(timeout: 40)
+        let s = server.wait(timeout: 30)
+        #expect(r.stdout.hasPrefix("transcript") && r.stdout.contains("garage door"), "\(r.stdout) \(r.stderr)")
+        #expect(s.status == 0, "\(s.stderr)")
+    }
+
+    @Test("Tencent route: a signature whose timestamp is old (0, or 90 days before expired) is refused with 4002; a fresh one is taken")
+    func tencentTimestampFreshness() throws {
+        let dir = tempDir()
+        let (server, port) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        func attempt(_ extra: String) throws -> String {
+            try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+                import asyncio, sys, time
+                sys.path.insert(0, "\(packageRoot.appendingPathComponent("bench").path)")
+                import serve_client as c
+                async def main():
+                    now = int(time.time())
+                    url = c.tencent_url('ws://127.0.0.1:\(port)', '1250000001', 'AKIDtest', 's3cret-key', extra=\(extra))
+                    ws = await c.WebSocket.connect(url)
+                    m = await asyncio.wait_for(ws.receive(), 10)
+                    print(m)
+                asyncio.run(main())
+                """]).stdout
+        }
+        let old = try attempt("{'timestamp': '0'}")
+        #expect(old.contains("\"code\":4002") && old.contains("timestamp"), "\(old)")
+        let ninetyDays = try attempt("{'timestamp': str(now - 90 * 86400 + 3000)}")
+        #expect(ninetyDays.contains("\"code\":4002"), "\(ninetyDays)")
+        let reversed = try attempt("{'timestamp': str(now + 200), 'expired': str(now + 100)}")
+        #expect(reversed.contains("\"code\":4002"), "\(reversed)")
+        let fresh = try attempt("{'timestamp': str(now - 60)}")
+        #expect(fresh.contains("\"code\":0"), "\(fresh)")
+    }
+
+    /// Serve with only the plain WebSocket route, started through bash so that `ulimit -n` can be set.
+    static func startPlain(requestTimeoutMs: Int, openFiles: Int? = nil, in dir: URL) throws -> (Running, Int) {
+        let port = freePort()
+        let config = dir.appendingPathComponent("serve-plain.yaml")
+        try """
+            listen: { host: 127.0.0.1, port: \(port) }
+            request_timeout_ms: \(requestTimeoutMs)
+            routes:
+              - name: raw
+                path: /ws/recognize
+                protocol: websocket
+                graph: \(packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path)
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let limit = openFiles.map { "ulimit -n \($0); " } ?? ""
+        let server = try Running("/bin/bash", ["-c", "\(limit)exec '\(voicepipeBinary)' serve '\(config.path)'"])
+        for _ in 0..<100 {
+            if (try? http(port, "/healthz").status) == 200 { return (server, port) }
+            usleep(100_000)
+        }
+        let r = server.wait(timeout: 1)
+        throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "serve did not come up: \(r.stderr)"])
+    }
+
+    @Test("HTTP clients that never finish a request are closed at the deadline: malformed, silent, half-sent, one byte at a time, a short body")
+    func httpDeadlines() throws {
+        let dir = tempDir()
+        let (server, port) = try Self.startPlain(requestTimeoutMs: 1000, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        // Each client prints how long the server took to close its connection (or "open" after 8 s).
+        let r = try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+            import socket, threading, time
+            def client(name, first, trickle=None):
+                s = socket.create_connection(("127.0.0.1", \(port)))
+                start = time.monotonic()
+                s.sendall(first)
+                s.settimeout(0.25)
+                got = b""
+                while time.monotonic() - start < 8:
+                    if trickle is not None:
+                        try: s.sendall(trickle)
+                        except OSError: pass
+                    try:
+                        b = s.recv(4096)
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        b = b""
+                    if not b:
+                        print(name, "closed", round(time.monotonic() - start, 2), got[:12].decode(errors="replace"), flush=True)
+                        return
+                    got += b
+                print(name, "open", flush=True)
+            cases = [("malformed", b"GARBAGE\\r\\n\\r\\n", None), ("silent", b"", None),
+                     ("half", b"GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n", None),
+                     ("slowloris", b"GET /healthz HTTP/1.1\\r\\nX-A: ", b"a"),
+                     ("shortbody", b"POST /healthz HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 1000\\r\\n\\r\\n0123456789", None)]
+            ts = [threading.Thread(target=client, args=c) for c in cases]
+            [t.start() for t in ts]; [t.join() for t in ts]
+            """], timeout: 30)
+        for name in ["malformed", "silent", "half", "slowloris", "shortbody"] {
+            let line = r.stdout.split(separator: "\n").first { $0.hasPrefix(name + " ") } ?? ""
+            let seconds = line.split(separator: " ").dropFirst(2).first.flatMap { Double($0) } ?? 99
+            #expect(line.contains("closed") && seconds < 3, "\(name): \(line) \(r.stderr)")
+        }
+        #expect(r.stdout.contains("malformed closed") && r.stdout.contains("HTTP/1.1 400"), "\(r.stdout)")
+        #expect(try Self.http(port, "/healthz").status == 200)
+    }
+
+    /// CPU seconds a process has used (utime + stime from /proc/PID/stat).
+    static func cpuSeconds(_ pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let u = Double(fields[11]), let s = Double(fields[12]) else { return 0 }
+        return (u + s) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    @Test("at the file-descriptor limit the accept loop backs off instead of spinning, and /healthz answers again")
+    func acceptAtDescriptorLimit() throws {
+        let dir = tempDir()
+        let (server, port) = try Self.startPlain(requestTimeoutMs: 1000, openFiles: 96, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        // 300 silent connections, held 6 s: the server runs out of descriptors at once.
+        let holder = try Running("/usr/bin/python3", ["-c", """
+            import socket, time
+            held = []
+            for _ in range(300):
+                try: held.append(socket.create_connection(("127.0.0.1", \(port)), timeout=2))
+                except OSError: pass
+            print(len(held), flush=True)
+            time.sleep(6)
+            """])
+        Thread.sleep(forTimeInterval: 1.5)
+        let pid = server.process.processIdentifier
+        let before = Self.cpuSeconds(pid)
+        Thread.sleep(forTimeInterval: 3)
+        let used = Self.cpuSeconds(pid) - before
+        #expect(used < 1.5, "serve used \(used) s of CPU in 3 s at the descriptor limit")
+        // /healthz answers while the silent clients still hold their sockets (their server ends are closed at the deadline).
+        var status = -1
+        let deadline = Date().addingTimeInterval(10)
+        while status != 200 && Date() < deadline { status = (try? Self.http(port, "/healthz").status) ?? -1 }
+        #expect(status == 200, "/healthz: \(status)")
+        _ = holder.wait(timeout: 20)
     }
 
     @Test("limits: max_bytes ends the audio (results so far still sent), an oversized message closes its connection only, an unknown Tencent message is 4010")

@@ -93,6 +93,9 @@ struct ServeConfiguration: Sendable {
     var nats: NATS?
     var maxSessions = 100
     var drainGraceS = 30
+    /// The most an HTTP connection may take to send a whole request (head and body), and to send the
+    /// next one after a response; past it the connection is closed (silent, half-sent, one byte a second).
+    var requestTimeoutMs = 10_000
     /// How a WebSocket session over `max_sessions` is refused.
     enum FullResponse: String, Sendable {
         /// Accept the upgrade, then the protocol's busy answer (Tencent 4006), as the cloud service does.
@@ -156,6 +159,7 @@ struct ServeConfiguration: Sendable {
                 }
             case "max_sessions": if let n = int(v, "max_sessions", 1...100_000) { config.maxSessions = n }
             case "drain_grace_s": if let n = int(v, "drain_grace_s", 0...3600) { config.drainGraceS = n }
+            case "request_timeout_ms": if let n = int(v, "request_timeout_ms", 100...600_000) { config.requestTimeoutMs = n }
             case "full_response":
                 guard let r = v.string.flatMap(FullResponse.init(rawValue:)) else {
                     problem(v, "full_response: expected websocket (the protocol's busy answer after the upgrade, as Tencent's service) "
@@ -185,7 +189,7 @@ struct ServeConfiguration: Sendable {
                     if let route { config.routes.append(route) }
                 }
             default:
-                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, full_response, nats, console, routes")
+                problem(k, "unknown key '\(k.string ?? "?")'; expected listen, max_sessions, drain_grace_s, request_timeout_ms, full_response, nats, console, routes")
             }
         }
         if config.routes.isEmpty && issues.isEmpty { problem(root, "no routes: add at least one under `routes:`") }

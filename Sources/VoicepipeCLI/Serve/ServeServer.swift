@@ -21,6 +21,8 @@ final class ServeServer: Sendable {
         var draining = false
         var sessions: [ObjectIdentifier: ServeSession] = [:]
         var wyoming: Set<ObjectIdentifier> = []
+        /// Open Wyoming connections, ended at the close of a drain.
+        var wyomingConnections: [ObjectIdentifier: WyomingServeConnection] = [:]
         var channels: [any Channel] = []
         var eventsLoop: Task<Void, Never>?
         /// WebSocket upgrades accepted before a drain began whose sessions have not been admitted yet:
@@ -134,8 +136,14 @@ final class ServeServer: Sendable {
                             // After the upgrade the connection carries WebSocket frames only.
                             context.pipeline.syncOperations.removeHandler(bound.value, promise: nil)
                         }))
+                    try channel.pipeline.syncOperations.addHandler(HTTPDeadlineHandler(timeout: .milliseconds(Int64(server.configuration.requestTimeoutMs))))
                     try channel.pipeline.syncOperations.addHandler(endpoint)
                 }
+            }
+            // At the file-descriptor limit accept fails until a descriptor is free: wait a little between
+            // attempts instead of retrying at once on a loop that also serves /healthz.
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(ServeServer.acceptBackoff()) }
             }
         let channel = try await bootstrap.bind(host: configuration.listen.host, port: configuration.listen.port).get()
         state.withLock { $0.channels.append(channel) }
@@ -145,6 +153,11 @@ final class ServeServer: Sendable {
             logger.info("route '\(route.name)': Wyoming on TCP port \(c.localAddress?.port ?? route.port ?? 0)")
         }
         return channel.localAddress?.port ?? configuration.listen.port
+    }
+
+    /// Backs accepting off for 100 ms after a failed accept (EMFILE, ENFILE, ENOBUFS, ENOMEM).
+    static func acceptBackoff() -> AcceptBackoffHandler {
+        AcceptBackoffHandler(backoffProvider: { _ in .milliseconds(100) })
     }
 
     private var maxFrameSize: Int { configuration.routes.map(\.maxFrameBytes).max() ?? (1 << 20) }
@@ -189,6 +202,14 @@ final class ServeServer: Sendable {
         }
     }
 
+    func addWyomingConnection(_ c: WyomingServeConnection) {
+        state.withLock { $0.wyomingConnections[ObjectIdentifier(c)] = c }
+    }
+
+    func removeWyomingConnection(_ c: WyomingServeConnection) {
+        _ = state.withLock { $0.wyomingConnections.removeValue(forKey: ObjectIdentifier(c)) }
+    }
+
     func removeWyoming(_ token: WyomingToken) {
         _ = state.withLock { $0.wyoming.remove(ObjectIdentifier(token)) }
     }
@@ -212,6 +233,8 @@ final class ServeServer: Sendable {
         let left = state.withLock { Array($0.sessions.values) }
         if !left.isEmpty { logger.notice("grace period over: ending \(left.count) session(s)") }
         for s in left { s.endForShutdown() }
+        // Open Wyoming transcriptions end as if audio-stop had come: their clients get their transcripts.
+        for c in state.withLock({ Array($0.wyomingConnections.values) }) { c.endForShutdown() }
         let until = ContinuousClock.now + .seconds(5)
         while sessionCount > 0 && ContinuousClock.now < until {
             try? await Task.sleep(for: .milliseconds(50))

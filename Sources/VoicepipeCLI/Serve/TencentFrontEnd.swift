@@ -10,7 +10,7 @@ import PipelineCore
 ///   and `signature`: HMAC-SHA1 with the key's secret over `asr.cloud.tencent.com/asr/v2/<appid>?<the other
 ///   parameters sorted by name, values as given>`, base64 — what Tencent's clients sign whatever address
 ///   they connect to — or over the request's own host name. A wrong signature or secretid is 4002, an
-///   expired one 4002, an appid without keys 4003, a missing parameter 4001.
+///   expired one 4002 (and one whose `timestamp` is 90 days or more before `expired`), an appid without keys 4003, a missing parameter 4001.
 /// - Results: the first `transcript` of a sentence is `slice_type` 0, later partials 1, the final 2;
 ///   `index` counts sentences from 0; `start_time`/`end_time` in ms; `voice_text_str`.
 enum TencentFrontEnd {
@@ -29,6 +29,8 @@ enum TencentFrontEnd {
     }
 
     static let signedHost = "asr.cloud.tencent.com"
+    /// The longest a signature may be valid (`expired - timestamp`), as the service allows.
+    static let maxValiditySeconds = 90 * 86_400
     static let required = ["secretid", "timestamp", "expired", "nonce", "voice_id", "engine_model_type", "signature"]
 
     /// Checks the request; returns its voice_id.
@@ -57,6 +59,14 @@ enum TencentFrontEnd {
         }
         if timestamp > nowSeconds + 300 {
             return .failure(Problem(code: 4002, message: "timestamp \(timestamp) is in the future", voiceID: voiceID))
+        }
+        // The service's freshness window: expired later than timestamp, and less than 90 days after
+        // it; so a URL signed long ago (timestamp 0) cannot be replayed whatever its expired says.
+        if expired <= timestamp {
+            return .failure(Problem(code: 4002, message: "expired \(expired) must be later than timestamp \(timestamp)", voiceID: voiceID))
+        }
+        if expired - timestamp >= maxValiditySeconds {
+            return .failure(Problem(code: 4002, message: "timestamp \(timestamp) is too old: expired - timestamp must be under 90 days", voiceID: voiceID))
         }
         let given = query["signature"] ?? ""
         let ownHost = bareHost(head.headers.first(name: "Host") ?? "")

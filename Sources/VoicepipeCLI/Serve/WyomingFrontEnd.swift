@@ -18,6 +18,9 @@ enum WyomingFrontEnd {
     static func bind(server: ServeServer, route: ServeConfiguration.Route, group: any EventLoopGroup) async throws -> any Channel {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(ServeServer.acceptBackoff()) }
+            }
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(WyomingConnectionHandler(connection: WyomingServeConnection(server: server, route: route, channel: channel)))
@@ -72,23 +75,59 @@ private final class WyomingConnectionHandler: ChannelInboundHandler {
 }
 
 /// The sessions of one Wyoming connection, run one after the other.
+///
+/// A transcription that receives nothing for the route's `idle_timeout_ms` after `audio-start` is
+/// ended with an `idle` error and the connection closed; one still open when a drain's grace period
+/// ends is finished as if `audio-stop` had come, so its client gets its transcript.
 final class WyomingServeConnection: Sendable {
     let server: ServeServer
     let route: ServeConfiguration.Route
     let channel: any Channel
-    private let inbox: AsyncStream<WyomingEvent>.Continuation
+    private let inbox: AsyncStream<Input>.Continuation
+    /// When the connection last received an event, and whether a transcription is open.
+    private let activity = Mutex<(last: ContinuousClock.Instant, open: Bool)>((.now, false))
+
+    /// What the connection's task acts on, in order.
+    private enum Input: Sendable {
+        case event(WyomingEvent)
+        /// The open transcription received nothing for `idle_timeout_ms`.
+        case idle
+        /// The server's drain is over: finish the open transcription and close.
+        case drain
+    }
 
     init(server: ServeServer, route: ServeConfiguration.Route, channel: any Channel) {
         self.server = server
         self.route = route
         self.channel = channel
-        let (stream, continuation) = AsyncStream.makeStream(of: WyomingEvent.self)
+        let (stream, continuation) = AsyncStream.makeStream(of: Input.self)
         inbox = continuation
+        server.addWyomingConnection(self)
         Task { await self.run(stream) }
     }
 
-    func received(_ event: WyomingEvent) { inbox.yield(event) }
+    func received(_ event: WyomingEvent) {
+        activity.withLock { $0.last = .now }
+        inbox.yield(.event(event))
+    }
     func closed() { inbox.finish() }
+
+    /// The drain's grace period is over: an open transcription ends with its transcript, then the connection closes.
+    func endForShutdown() { inbox.yield(.drain) }
+
+    /// Yields `.idle` when an open transcription has received nothing for the route's idle timeout.
+    private func watchIdle() async {
+        let limit = Duration.milliseconds(route.idleTimeoutMs)
+        let step = min(Duration.milliseconds(250), limit / 4)
+        while !Task.isCancelled {
+            try? await Task.sleep(for: step)
+            let idle = activity.withLock { $0.open && ContinuousClock.now - $0.last > limit }
+            if idle {
+                activity.withLock { $0.open = false }
+                inbox.yield(.idle)
+            }
+        }
+    }
 
     func protocolError(_ message: String) {
         server.metrics.error(route: route.name, code: "bad_message")
@@ -122,6 +161,8 @@ final class WyomingServeConnection: Sendable {
         let collect: Task<Void, Never>
         let bus: SessionEvents
         var bytes = 0
+        /// The bytes of an incomplete sample frame at the end of the last chunk, completed by the next.
+        var carry: [UInt8] = []
 
         init(pipeline: Pipeline, source: AppSourceNode, inputFormat: AudioFormat, converter: AudioConverter?, bus: SessionEvents,
              detected: @escaping @Sendable (WyomingEvent) -> Void = { _ in }) {
@@ -146,24 +187,63 @@ final class WyomingServeConnection: Sendable {
         }
     }
 
-    private func run(_ events: AsyncStream<WyomingEvent>) async {
+    private func run(_ inputs: AsyncStream<Input>) async {
         var session: Session?
         var token: WyomingToken?
-        for await event in events {
+        let watchdog = Task { await watchIdle() }
+        defer {
+            watchdog.cancel()
+            server.removeWyomingConnection(self)
+        }
+        loop: for await input in inputs {
+            let event: WyomingEvent
+            switch input {
+            case .event(let e): event = e
+            case .idle:
+                guard let s = session else { continue }
+                s.pipeline.stop()
+                _ = await s.run.value
+                server.metrics.sessionEnded(route: route.name, outcome: "idle", seconds: ServeSession.seconds(ContinuousClock.now - s.started), drops: 0, mediaAgeP99Ms: nil)
+                server.metrics.error(route: route.name, code: "idle")
+                await s.bus.finished(outcome: "idle", audioBytes: s.bytes, drops: 0)
+                send(WyomingEvent(type: "error", data: ["text": "nothing received for \(route.idleTimeoutMs) ms after audio-start", "code": "idle"]))
+                end(token)
+                session = nil
+                token = nil
+                channel.close(promise: nil)
+                break loop
+            case .drain:
+                if let s = session {
+                    await stop(s, outcome: "shutdown")
+                    end(token)
+                    session = nil
+                    token = nil
+                }
+                channel.close(promise: nil)
+                break loop
+            }
             switch event.type {
             case "describe":
                 send(WyomingFrontEnd.info(route))
             case "transcribe":
                 break
             case "audio-start":
-                if let s = session { s.pipeline.stop(); _ = await s.run.value; await s.bus.finished(outcome: "abandoned", audioBytes: s.bytes, drops: 0); end(token) }
+                if let s = session {
+                    // A new transcription before the last one's audio-stop: the last one is abandoned.
+                    s.pipeline.stop()
+                    _ = await s.run.value
+                    server.metrics.sessionEnded(route: route.name, outcome: "abandoned", seconds: ServeSession.seconds(ContinuousClock.now - s.started), drops: 0, mediaAgeP99Ms: nil)
+                    await s.bus.finished(outcome: "abandoned", audioBytes: s.bytes, drops: 0)
+                    end(token)
+                }
                 session = nil
                 token = nil
+                activity.withLock { $0.open = false }
                 let spec = event.decode(AudioSpec.self)
                 let format = AudioFormat(sampleRate: spec?.rate ?? route.format.sampleRate, channels: spec?.channels ?? route.format.channels)
-                guard (spec?.width ?? 2) == 2, (1...8).contains(format.channels), (1000...384_000).contains(format.sampleRate) else {
+                if let problem = Self.formatProblem(width: spec?.width ?? 2, format: format) {
                     server.metrics.error(route: route.name, code: "unsupported_format")
-                    send(WyomingEvent(type: "error", data: ["text": "only 16-bit audio is taken (width 2)", "code": "unsupported_format"]))
+                    send(WyomingEvent(type: "error", data: ["text": problem, "code": "unsupported_format"]))
                     continue
                 }
                 let t = WyomingToken()
@@ -181,6 +261,7 @@ final class WyomingServeConnection: Sendable {
                     session = Session(pipeline: pipeline, source: source, inputFormat: format, converter: converter, bus: bus,
                                       detected: { [self] in self.send($0) })
                     token = t
+                    activity.withLock { $0 = (.now, true) }
                     server.metrics.sessionStarted(route: route.name)
                     bus.started(protocol: "wyoming", remote: channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" })
                 } catch {
@@ -192,29 +273,18 @@ final class WyomingServeConnection: Sendable {
                 guard let s = session else { continue }
                 server.metrics.audio(route: route.name, bytes: event.payload.count)
                 s.bytes += event.payload.count
-                var samples = [Int16](repeating: 0, count: event.payload.count / 2)
-                for i in 0..<samples.count { samples[i] = Int16(bitPattern: UInt16(event.payload[2 * i]) | UInt16(event.payload[2 * i + 1]) << 8) }
-                samples.removeLast(samples.count % s.inputFormat.channels)
+                // Chunks need not end on a sample frame: what is left over starts the next one.
+                let bytes = s.carry.isEmpty ? event.payload : s.carry + event.payload
+                let frameBytes = 2 * s.inputFormat.channels
+                let whole = bytes.count - bytes.count % frameBytes
+                s.carry = Array(bytes[whole...])
+                var samples = [Int16](repeating: 0, count: whole / 2)
+                for i in 0..<samples.count { samples[i] = Int16(bitPattern: UInt16(bytes[2 * i]) | UInt16(bytes[2 * i + 1]) << 8) }
                 let converted = s.converter.map { $0.convert(samples) } ?? samples
                 if !converted.isEmpty { await s.source.push(converted) }
             case "audio-stop":
                 guard let s = session else { continue }
-                s.source.finish()
-                let failure = await s.run.value
-                _ = await s.collect.value
-                let seconds = ServeSession.seconds(ContinuousClock.now - s.started)
-                if let failure {
-                    server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: seconds, drops: 0, mediaAgeP99Ms: nil)
-                    await s.bus.finished(outcome: "error", audioBytes: s.bytes, drops: 0)
-                    send(WyomingEvent(type: "error", data: ["text": "\(failure)", "code": "graph_failed"]))
-                } else {
-                    let drops = s.pipeline.edgeStats.reduce(0) { $0 + Int($1.dropped) }
-                    server.metrics.sessionEnded(route: route.name, outcome: "completed", seconds: seconds, drops: drops,
-                                                mediaAgeP99Ms: s.pipeline.sinkAges.map(\.age.p99Ms).max())
-                    server.metrics.firstResult(route: route.name, seconds: seconds)
-                    await s.bus.finished(outcome: "completed", audioBytes: s.bytes, drops: drops)
-                    send(WyomingEvent(type: "transcript", data: ["text": s.finals.joined]))
-                }
+                await stop(s, outcome: "completed")
                 end(token)
                 session = nil
                 token = nil
@@ -223,6 +293,7 @@ final class WyomingServeConnection: Sendable {
             }
         }
         // The client left: stop whatever was running.
+        activity.withLock { $0.open = false }
         if let s = session {
             s.pipeline.stop()
             _ = await s.run.value
@@ -230,6 +301,36 @@ final class WyomingServeConnection: Sendable {
             await s.bus.finished(outcome: "disconnected", audioBytes: s.bytes, drops: 0)
         }
         end(token)
+    }
+
+    /// Ends the audio of `s` and answers with its transcript (or the graph's failure).
+    private func stop(_ s: Session, outcome: String) async {
+        activity.withLock { $0.open = false }
+        s.source.finish()
+        let failure = await s.run.value
+        _ = await s.collect.value
+        let seconds = ServeSession.seconds(ContinuousClock.now - s.started)
+        if let failure {
+            server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: seconds, drops: 0, mediaAgeP99Ms: nil)
+            await s.bus.finished(outcome: "error", audioBytes: s.bytes, drops: 0)
+            send(WyomingEvent(type: "error", data: ["text": "\(failure)", "code": "graph_failed"]))
+        } else {
+            let drops = s.pipeline.edgeStats.reduce(0) { $0 + Int($1.dropped) }
+            server.metrics.sessionEnded(route: route.name, outcome: outcome, seconds: seconds, drops: drops,
+                                        mediaAgeP99Ms: s.pipeline.sinkAges.map(\.age.p99Ms).max())
+            server.metrics.firstResult(route: route.name, seconds: seconds)
+            await s.bus.finished(outcome: outcome, audioBytes: s.bytes, drops: drops)
+            send(WyomingEvent(type: "transcript", data: ["text": s.finals.joined]))
+        }
+    }
+
+    /// Why an `audio-start` format is not taken, naming the field at fault; nil when it is.
+    static func formatProblem(width: Int, format: AudioFormat) -> String? {
+        if format.sampleRate <= 0 { return "audio-start: rate \(format.sampleRate) is not a sample rate; expected 1000...384000 Hz" }
+        if !(1000...384_000).contains(format.sampleRate) { return "audio-start: rate \(format.sampleRate) Hz is outside 1000...384000 Hz" }
+        if !(1...8).contains(format.channels) { return "audio-start: channels \(format.channels) is outside 1...8" }
+        if width != 2 { return "audio-start: width \(width) is not taken; only 16-bit audio (width 2) is" }
+        return nil
     }
 
     private func end(_ token: WyomingToken?) {
