@@ -30,6 +30,7 @@ DETECTORS = {
     "vad600": "{ type: vad, engine: silero, stop_ms: 600 }",
     "turn200": "{ type: vad, engine: silero, stop_ms: 200, turn_model: smart-turn, max_pause_ms: 2000 }",
     "turn300": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 2000 }",
+    "turn300_t08": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 2000, turn_threshold: 0.8 }",
 }
 
 
@@ -146,7 +147,7 @@ def main():
              f"`bench/turn-bench.py`, one run: {len(items)} items ({len(items) // 2} sentences, each whole and with a "
              "300/500/700/900 ms pause at its middle word gap), 4 s apart, pink noise 50 dB down. All detectors are "
              "`vad engine: silero` on the same file source; `turnNNN` = `stop_ms: NNN, turn_model: smart-turn, "
-             "max_pause_ms: 2000`. Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end "
+             "max_pause_ms: 2000` (`_t08`: `turn_threshold: 0.8`). Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end "
              "of speech, in media time.", "",
              "| detector | material | false cut-offs (paused items) | mean delay ms | p90 delay ms | ended by the model | missed |",
              "|---|---|---|---|---|---|---|"]
