@@ -101,6 +101,39 @@ struct RobustnessTests {
         #expect(r.stdout.contains("10000 nodes"), "\(r.stdout)")
     }
 
+    /// A chain source -> volume × (n - 2) -> null-sink.
+    static func chain(_ n: Int, realtime: Bool, in dir: URL) throws -> String {
+        var lines = ["version: 1", "nodes:", "  n0: { type: tone-source, duration_ms: \(realtime ? 0 : 200), realtime: \(realtime) }"]
+        for i in 1..<(n - 1) { lines.append("  n\(i): { type: volume, interval_ms: 100 }") }
+        lines.append("  n\(n - 1): { type: null-sink }")
+        lines.append("links:")
+        for i in 0..<(n - 1) { lines.append("  - n\(i) -> n\(i + 1)") }
+        return try writeGraph(lines.joined(separator: "\n") + "\n", in: dir, name: "chain\(n)\(realtime ? "rt" : "").yaml")
+    }
+
+    @Test("a chain of 4,000 nodes (and 8,000) runs in seconds, not minutes: building the pipeline is linear", arguments: [(4000, 6.0), (8000, 12.0)])
+    func largeChainRuns(nodes: Int, limit: Double) throws {
+        let dir = tempDir()
+        let r = try voicepipe(["run", try Self.chain(nodes, realtime: false, in: dir), "--quiet"], timeout: 180)
+        #expect(r.status == 0, "\(r.stderr.prefix(300))")
+        #expect(r.seconds < limit, "\(nodes) nodes: \(r.seconds) s")
+    }
+
+    @Test("SIGINT stops a running chain of 4,000 nodes within 2 s (3 s of slack on a shared machine)")
+    func largeChainStops() throws {
+        let dir = tempDir()
+        let graph = try Self.chain(4000, realtime: true, in: dir)
+        let p = try Running(voicepipeBinary, ["run", graph, "--quiet", "--stats"])
+        // Running once its first frames have been through (the start-up is linear too).
+        Thread.sleep(forTimeInterval: 5)
+        let signalled = Date()
+        p.signal(SIGINT)
+        let r = p.wait(timeout: 60)
+        let took = Date().timeIntervalSince(signalled)
+        #expect(r.status == 0, "\(r.stderr.suffix(300))")
+        #expect(took < 3, "SIGINT took \(took) s")
+    }
+
     @Test("file-source paths that are not audio files: a clear error or a clean stop, never a trap or a hang",
           arguments: ["directory", "fifo-wav", "empty-loop", "empty-raw", "fifo-raw-no-writer"])
     func sourcePaths(kind: String) throws {
