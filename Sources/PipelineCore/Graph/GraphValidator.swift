@@ -229,11 +229,26 @@ public enum GraphValidator {
         }
         // A link that closes a loop must never wait: under `block` each node of the loop could wait
         // for the next. Such links default to drop-oldest; `block` written on one is an error.
-        let rank = Dictionary(uniqueKeysWithValues: topo.enumerated().map { ($1, $0) })
+        // A link into a feedback input closes a loop when its consumer reaches its producer through
+        // ordinary links (or through other feedback links that close loops of their own: any path).
+        var allOutgoing: [String: [String]] = [:]
+        for (l, _) in uniqueLinks { allOutgoing[l.fromNode, default: []].append(l.toNode) }
+        func reaches(_ from: String, _ to: String) -> Bool {
+            if from == to { return true }
+            var seen: Set<String> = [from]
+            var stack = [from]
+            while let n = stack.popLast() {
+                for m in allOutgoing[n] ?? [] where seen.insert(m).inserted {
+                    if m == to { return true }
+                    stack.append(m)
+                }
+            }
+            return false
+        }
         var loosened: Set<String> = []
         for i in uniqueLinks.indices where isFeedback(uniqueLinks[i].0) {
             let l = uniqueLinks[i].0
-            guard let f = rank[l.fromNode], let t = rank[l.toNode], f >= t else { continue }
+            guard reaches(l.toNode, l.fromNode) else { continue }
             uniqueLinks[i].0.closesLoop = true
             guard l.overflow == .block else { continue }
             if defaultedOverflow.contains(l.label) {

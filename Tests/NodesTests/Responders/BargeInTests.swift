@@ -86,6 +86,13 @@ struct BargeInTests {
         let g = try validate("  - speaker.out -> aec.ref")
         let back = try #require(g.links.first { $0.toNode == "aec" && $0.toPort == "ref" })
         #expect(back.overflow == .dropOldest)
+        #expect(back.closesLoop)
+        #expect(g.links.first { $0.fromNode == "turns" && $0.toNode == "chat" }?.closesLoop == true)
+        // A reference from an independent stream (the intercom's peer) closes no loop: it is read to its end.
+        let intercom = try GraphValidator.load(path: IVHTest.packageRoot.appendingPathComponent("pipelines/intercom.yaml").path,
+                                               registry: registry, environment: ["PEER": "127.0.0.1"])
+        let ref = try #require(intercom.links.first { $0.toNode == "aec" && $0.toPort == "ref" })
+        #expect(!ref.closesLoop)
         // Written as blocking, the loop could wait on itself: refused, with the link named.
         #expect(throws: GraphError.self) { try validate("  - { from: speaker.out, to: aec.ref, overflow: block }") }
         do {
