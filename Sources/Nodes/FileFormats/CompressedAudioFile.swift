@@ -19,7 +19,7 @@ final class CompressedAudioFile: @unchecked Sendable {
         var message = [CChar](repeating: 0, count: 256)
         guard let r = vp_media_open(path, &message, message.count) else {
             let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? nil
-            if let size, size < Self.tinyFileBytes {
+            if let size, size < Self.tinyFileBytes, Self.startsLikeAudio(path) {
                 let kind = (path as NSString).pathExtension.uppercased()
                 throw NodeError("truncated_file", "\(path): only \(size) bytes, too short to hold \(kind.isEmpty ? "any" : kind) audio (was it cut short?)")
             }
@@ -41,6 +41,18 @@ final class CompressedAudioFile: @unchecked Sendable {
 
     /// Below this size a file FFmpeg cannot open is called too short rather than undecodable.
     static let tinyFileBytes: UInt64 = 128
+
+    /// True when the file begins as an audio file does (RIFF, ID3, an MPEG/AAC frame sync, fLaC, OggS,
+    /// an MP4 `ftyp` box, FORM): a tiny file that does is cut short; one that does not is not audio.
+    static func startsLikeAudio(_ path: String) -> Bool {
+        guard let h = FileHandle(forReadingAtPath: path) else { return false }
+        defer { try? h.close() }
+        let b = [UInt8](h.readData(ofLength: 12))
+        guard b.count >= 2 else { return b.isEmpty }
+        func tag(_ at: Int, _ s: String) -> Bool { b.count >= at + s.count && Array(b[at..<at + s.count]) == Array(s.utf8) }
+        return tag(0, "RIFF") || tag(0, "RIFX") || tag(0, "ID3") || tag(0, "fLaC") || tag(0, "OggS") || tag(0, "FORM")
+            || tag(4, "ftyp") || (b[0] == 0xFF && b[1] & 0xE0 == 0xE0)
+    }
 
     deinit { vp_media_close(reader) }
 
