@@ -15,6 +15,7 @@ import json, os, sys, time
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import StaleElementReferenceException
 
 
 def browser(wav=None):
@@ -36,13 +37,22 @@ def texts(d, css):
 
 
 def wait(pred, timeout, step=0.25):
+    """pred() until it is true or `timeout` passes. The pages redraw live, so an element read between
+    a lookup and its redraw is stale: that reading counts as not yet, and is taken again."""
+    def attempt():
+        for _ in range(5):
+            try:
+                return pred()
+            except StaleElementReferenceException:
+                time.sleep(0.05)
+        return None
     end = time.time() + timeout
     while time.time() < end:
-        v = pred()
+        v = attempt()
         if v:
             return v
         time.sleep(step)
-    return pred()
+    return attempt()
 
 
 def edge_counts(d):
@@ -50,6 +60,15 @@ def edge_counts(d):
 
 
 def console_result(d):
+    for _ in range(10):
+        try:
+            return read_console(d)
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return read_console(d)
+
+
+def read_console(d):
     return {"sessions": texts(d, "#sessions a"), "title": d.find_element(By.ID, "title").text,
             "nodes": [e.get_attribute("data-node") for e in d.find_elements(By.CSS_SELECTOR, "g.node")],
             "edge_sent": edge_counts(d),
