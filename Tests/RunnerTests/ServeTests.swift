@@ -379,7 +379,13 @@ struct ServeTests {
         defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
         // Each client prints how long the server took to close its connection (or "open" after 8 s).
         let r = try Self.voicepipeLike("/usr/bin/python3", ["-c", """
-            import socket, threading, time
+            import socket, sys, threading, time
+            out = threading.Lock()
+            def say(*words):
+                # One write per line under a lock: print() from threads interleaves its pieces.
+                with out:
+                    sys.stdout.write(" ".join(str(w) for w in words) + "\\n")
+                    sys.stdout.flush()
             def client(name, first, trickle=None):
                 s = socket.create_connection(("127.0.0.1", \(port)))
                 start = time.monotonic()
@@ -397,10 +403,10 @@ struct ServeTests {
                     except OSError:
                         b = b""
                     if not b:
-                        print(name, "closed", round(time.monotonic() - start, 2), got[:12].decode(errors="replace"), flush=True)
+                        say(name, "closed", round(time.monotonic() - start, 2), got[:12].decode(errors="replace"))
                         return
                     got += b
-                print(name, "open", flush=True)
+                say(name, "open")
             cases = [("malformed", b"GARBAGE\\r\\n\\r\\n", None), ("silent", b"", None),
                      ("half", b"GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n", None),
                      ("slowloris", b"GET /healthz HTTP/1.1\\r\\nX-A: ", b"a"),
