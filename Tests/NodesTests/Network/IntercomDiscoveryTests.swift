@@ -70,10 +70,17 @@ struct IntercomDiscoveryTests {
         let (_, heardByA) = try readWAV(hearsA)
         let (_, heardByB) = try readWAV(hearsB)
         let (_, heardByB2) = try readWAV(hearsB2)
-        let ba = RTPTest.match(sent: saysB, received: heardByA)
-        let ab = RTPTest.match(sent: Array(saysA.prefix(48000 * 6)), received: heardByB)
-        #expect(ba.coefficient > 0.8, "A hears B: \(ba.coefficient)")
-        #expect(ab.coefficient > 0.8, "B hears A: \(ab.coefficient)")
+        // What each heard of the other, wherever in the call it fell: the audio a peer sends before the call
+        // is set up is not carried (as on any intercom), and how long discovery takes depends on the machine,
+        // so the half seconds that have sound in them must be the other's chirp (median over 0.75; noise scores
+        // near 0), and at least 3 s of it must arrive.
+        let ba = RTPTest.heard(sent: saysB, received: heardByA)
+        let ab = RTPTest.heard(sent: saysA, received: heardByB)
+        func summary(_ s: [Double]) -> String { s.map { String(format: "%.2f", $0) }.joined(separator: " ") }
+        let connectLines = log.split(separator: "\n").filter { $0.contains("connected") }.joined(separator: "\n")
+        print("A hears B: [\(summary(ba))]; B hears A: [\(summary(ab))]")
+        #expect(ba.count >= 6 && ba.sorted()[ba.count / 2] > 0.75, "A hears B: [\(summary(ba))]\n\(connectLines)")
+        #expect(ab.count >= 6 && ab.sorted()[ab.count / 2] > 0.75, "B hears A: [\(summary(ab))]\n\(connectLines)")
         // The returned B hears the end of A's chirp: half a second of its recording, 1.5 s in, is found in
         // A's signal after 9 s (both at 8 kHz).
         #expect(heardByB2.count > 48000 * 2, "B again heard \(heardByB2.count) samples")

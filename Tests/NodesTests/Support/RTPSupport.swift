@@ -196,6 +196,45 @@ enum RTPTest {
         }
     }
 
+    /// Which parts of the sent signal the received audio carries, whatever the delay: every half-second
+    /// window of the received audio that has sound in it (decimated to 8 kHz) is searched for in the whole
+    /// sent signal (every 8th lag, then each lag around the best). For calls whose start depends on the
+    /// network (discovery, a peer restarting), where a fixed delay cannot be assumed. Returns each sounding
+    /// window's best coefficient, in order.
+    static func heard(sent: [Int16], received: [Int16], rate: Int = 48000) -> [Double] {
+        let f = rate / 8000
+        let a = decimate(sent, by: f).map(Float.init), b = decimate(received, by: f).map(Float.init)
+        let w = 4000
+        guard a.count >= w else { return [] }
+        var scores: [Double] = []
+        a.withUnsafeBufferPointer { a in
+            b.withUnsafeBufferPointer { b in
+                func coefficient(_ x: Int, _ lag: Int) -> Double {
+                    var sab: Float = 0, saa: Float = 0, sbb: Float = 0
+                    for i in 0..<w { let u = b[x + i], v = a[lag + i]; sab += u * v; saa += u * u; sbb += v * v }
+                    return saa > 0 && sbb > 0 ? Double(sab) / (Double(saa) * Double(sbb)).squareRoot() : 0
+                }
+                var start = 0
+                while start + w <= b.count {
+                    var energy: Float = 0
+                    for i in start..<start + w { energy += b[i] * b[i] }
+                    // About -40 dBFS: a window with the peer's voice in it, not silence or noise.
+                    if (energy / Float(w)).squareRoot() > 300 {
+                        var best = (lag: 0, c: -2.0)
+                        var lag = 0
+                        while lag + w <= a.count { let c = coefficient(start, lag); if c > best.c { best = (lag, c) }; lag += 8 }
+                        for l in max(0, best.lag - 8)...min(a.count - w, best.lag + 8) {
+                            let c = coefficient(start, l); if c > best.c { best = (l, c) }
+                        }
+                        scores.append(best.c)
+                    }
+                    start += w
+                }
+            }
+        }
+        return scores
+    }
+
     /// How well the received audio matches what was sent: half-second windows of the sent signal
     /// (from 1 s in, every 0.5 s) are each searched for in the received audio within -0.1...+0.4 s of
     /// the same position (both decimated to 8 kHz); returns the median coefficient and its lag in seconds.
