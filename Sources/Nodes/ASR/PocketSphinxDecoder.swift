@@ -84,7 +84,8 @@ struct PocketSphinxSettings: Sendable, Hashable {
 
     /// Decoder arguments (`-name value` pairs).
     var arguments: [String] {
-        var args = ["-hmm", acousticModel, "-dict", dictionary, "-samprate", "16000", "-logfn", "/dev/null"]
+        // No `-logfn`: the library's log is silenced once for the process (see PocketSphinxDecoder.quiet).
+        var args = ["-hmm", acousticModel, "-dict", dictionary, "-samprate", "16000"]
         switch search {
         case .languageModel(let p): args += ["-lm", p]
         case .grammar(let p): args += ["-jsgf", p]
@@ -116,28 +117,28 @@ final class PocketSphinxDecoder: @unchecked Sendable {
             throw NodeError("asr_config", "pocketsphinx refused its configuration: \(settings.arguments.joined(separator: " "))")
         }
         defer { cmd_ln_free_r(config) }
-        Self.quiet
-        Self.lifecycle.lock()
-        let made = ps_init(config)
-        Self.lifecycle.unlock()
-        guard let decoder = made else {
+        guard let decoder = ps_init(config) else {
             throw NodeError("asr_model", "pocketsphinx could not load its models (acoustic model \(settings.acousticModel), dictionary \(settings.dictionary)); check the paths and that the grammar or keyphrase words are in the dictionary")
         }
         self.decoder = decoder
     }
 
-    /// The library logs to stderr until told otherwise (process-wide).
-    private static let quiet: Void = vp_ps_quiet()
+    /// The library logs to stderr until told otherwise: its log is silenced once, process-wide, before
+    /// the first configuration is parsed.
+    ///
+    /// Decoders are created, used and freed on as many threads at once as there are sessions. Under
+    /// valgrind's helgrind, concurrent `ps_init` calls of Debian's libpocketsphinx3 share only two static
+    /// integers that every call sets to the same value (the debug level and the frequency-warping
+    /// parameters); the heap corruption once seen with concurrent sessions came from `-logfn`, which made
+    /// every `ps_init` replace and fclose the process-wide log FILE while other decoders wrote to it
+    /// (bench/pocketsphinx-threads reproduces it).
+    static let quiet: Void = vp_ps_quiet()
 
-    /// Creating and freeing decoders is serialized process-wide: sphinxbase keeps process-wide state
-    /// (logging, the default configuration tables) that concurrent sessions of `voicepipe serve` must
-    /// not touch at the same moment. Decoding itself runs in parallel.
-    private static let lifecycle = NSLock()
+    /// The library's process-wide log stream (nil while silenced): creating a decoder leaves it alone.
+    static var libraryLogStream: UnsafeMutablePointer<FILE>? { vp_ps_logfp() }
 
     deinit {
-        Self.lifecycle.lock()
         ps_free(decoder)
-        Self.lifecycle.unlock()
     }
 
     /// Begins an utterance.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import PipelineCore
 import Testing
 @testable import Nodes
@@ -197,5 +198,55 @@ struct PocketSphinxASRTests {
         // Without the parameter, no alternatives.
         let plain = try await runGraph(Self.graph(wav))
         #expect(plain.named("transcript").allSatisfy { $0["alternatives"] == nil })
+    }
+
+    /// `voicepipe serve` runs a decoder per session, created, used and freed on the session's own thread
+    /// with no lock around the library. The heap corruption once seen with concurrent sessions came from
+    /// `-logfn`, with which every ps_init replaced and fclosed the process-wide log FILE that other
+    /// decoders were writing to: a decoder must leave that stream alone (nil, silenced).
+    @Test("six decoders made, used and freed on six threads at once each hear their sentence; none replaces the library's log stream")
+    func concurrentDecoders() async throws {
+        let sentences = ["please turn on the lights in the kitchen", "can you help me find my keys", "i would like a cup of coffee"]
+        var spoken: [[Int16]] = []
+        for s in sentences { spoken.append(try readWAV(try Speech.wav([s], voice: "slt", leadS: 0.2, gapS: 0.3)).samples) }
+        let audio = spoken
+        let settings = PocketSphinxSettings(configuration: PocketSphinxEngine.Configuration())
+        let heard = Mutex<[Int: [String]]>([:])
+        let failures = Mutex<[String]>([])
+        let threads = 6, rounds = 2
+        let group = DispatchGroup()
+        for t in 0..<threads {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                for _ in 0..<rounds {
+                    do {
+                        let decoder = try PocketSphinxDecoder(settings)
+                        if PocketSphinxDecoder.libraryLogStream != nil { failures.withLock { $0.append("thread \(t): the library's log stream was set") } }
+                        try decoder.start()
+                        let samples = audio[t % audio.count]
+                        var at = 0
+                        while at < samples.count { try decoder.process(Array(samples[at..<min(samples.count, at + 1600)])); at += 1600 }
+                        let text = decoder.end()
+                        heard.withLock { $0[t, default: []].append(text) }
+                    } catch {
+                        failures.withLock { $0.append("thread \(t): \(error)") }
+                    }
+                }
+            }
+            thread.start()
+        }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in group.notify(queue: .global()) { done.resume() } }
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
+        #expect(PocketSphinxDecoder.libraryLogStream == nil)
+        let results = heard.withLock { $0 }
+        for t in 0..<threads {
+            let texts = results[t] ?? []
+            #expect(texts.count == rounds, "thread \(t): \(texts)")
+            for text in texts {
+                let wer = Speech.wordErrorRate(reference: sentences[t % sentences.count], hypothesis: text)
+                #expect(wer <= 0.2, "thread \(t) heard '\(text)' for '\(sentences[t % sentences.count])'")
+            }
+        }
     }
 }
