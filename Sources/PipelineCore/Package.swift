@@ -27,13 +27,22 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: ".",
-            exclude: ["Package.swift", "VoicepipeTesting"],
+            exclude: ["Package.swift", "VoicepipeTesting", "Tests"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .target(
             name: "VoicepipeTesting",
             dependencies: ["PipelineCore", .product(name: "Logging", package: "swift-log")],
             path: "VoicepipeTesting",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The runtime's tests (Tests/PipelineCoreTests of the repository, linked here) so that they can be
+        // built and run on this package alone: scripts/sanitize.sh runs them under ThreadSanitizer.
+        // (Named apart from the repository's own PipelineCoreTests target, which builds the same files.)
+        .testTarget(
+            name: "RuntimeTests",
+            dependencies: ["PipelineCore", "VoicepipeTesting"],
+            path: "Tests/PipelineCoreTests",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
     ]

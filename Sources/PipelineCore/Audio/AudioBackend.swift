@@ -129,7 +129,7 @@ public enum AudioBackendRegistry {
         var capture: CaptureOpener
         var playback: PlaybackOpener
     }
-    private static let entries = Mutex<[AudioBackendKind: Entry]>([:])
+    private static let entries = LockedValue<[AudioBackendKind: Entry]>([:])
 
     /// Installs (or replaces) the backend for `kind`.
     public static func install(_ kind: AudioBackendKind, capture: @escaping CaptureOpener, playback: @escaping PlaybackOpener) {

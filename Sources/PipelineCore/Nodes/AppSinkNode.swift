@@ -100,7 +100,7 @@ public final class AppSinkNode: Node {
     }
 
     final class PlayedBox: Sendable {
-        let state = Mutex(Played())
+        let state = LockedValue(Played())
     }
 
     /// The frames an ``AppSinkNode`` hands to the app.

@@ -35,7 +35,7 @@ public enum PluginLoader {
     /// The environment variable holding the folders searched for plugins named without a path.
     public static let searchPathVariable = "VOICEPIPE_PLUGIN_PATH"
 
-    private static let loaded = Mutex<[String: [NodeDescriptor]]>([:])
+    private static let loaded = LockedValue<[String: [NodeDescriptor]]>([:])
 
     /// Resolves `reference` to a file: a path (with a `/` or ending in `.so`; relative ones from
     /// `directory`) or a name found in the `VOICEPIPE_PLUGIN_PATH` folders as `NAME`, `libNAME.so`

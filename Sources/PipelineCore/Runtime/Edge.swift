@@ -81,7 +81,7 @@ public final class BoundedEdge: Sendable {
     public let overflow: OverflowPolicy
     /// `from -> to`, for statistics and messages.
     public let label: String
-    private let state: Mutex<State>
+    private let state: LockedValue<State>
     let clock: MediaClock?
     /// The audio level of frames taken, measured only while a live view watches.
     let level = EdgeLevel()
@@ -98,7 +98,7 @@ public final class BoundedEdge: Sendable {
         self.capacity = capacity
         self.overflow = overflow
         self.label = label
-        self.state = Mutex(State(buffer: Array(repeating: nil, count: capacity), producers: producers))
+        self.state = LockedValue(State(buffer: Array(repeating: nil, count: capacity), producers: producers))
     }
 
     /// Current statistics.

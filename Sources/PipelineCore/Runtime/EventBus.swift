@@ -7,7 +7,7 @@ public final class EventBus: Sendable {
         var next: UInt64 = 0
         var dropped: UInt64 = 0
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     init() {}
 
     /// Events dropped because a subscriber fell more than its buffer behind.

@@ -2,8 +2,8 @@ import Synchronization
 
 /// Named counters of one node.
 public final class NodeCounters: Sendable {
-    private let values = Mutex<[String: UInt64]>([:])
-    private let levels = Mutex<[String: Double]>([:])
+    private let values = LockedValue<[String: UInt64]>([:])
+    private let levels = LockedValue<[String: Double]>([:])
     init() {}
     func add(_ name: String, _ n: UInt64) { values.withLock { $0[name, default: 0] += n } }
     func set(_ name: String, _ v: Double) { levels.withLock { $0[name] = v } }

@@ -22,8 +22,8 @@ public final class Pipeline: Sendable {
     let edges: [String: BoundedEdge]          // keyed by "node.port" of the consumer
     let edgeOrder: [String]
     let contexts: [String: NodeContext]
-    let instances: Mutex<[String: any Node]>
-    let restarts = Mutex<[String: Int]>([:])
+    let instances: LockedValue<[String: any Node]>
+    let restarts = LockedValue<[String: Int]>([:])
     var stopSignal: StopSignal { shared.stopSignal }
     let counters: [String: NodeCounters]
     let fused: Set<String>
@@ -74,7 +74,7 @@ public final class Pipeline: Sendable {
                 throw PipelineError(node: n.id, code: (error as? NodeError)?.code ?? "create_failed", message: "\(error)")
             }
         }
-        self.instances = Mutex(instances)
+        self.instances = LockedValue(instances)
 
         // Operator fusion: a FrameProcessor fed by exactly one lossless link from another
         // FrameProcessor whose port feeds nothing else is called directly in its producer's task.

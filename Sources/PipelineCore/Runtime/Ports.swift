@@ -135,7 +135,7 @@ final class FusedLink: Sendable {
     let onFinish: @Sendable () async throws -> Void
     let clock: MediaClock?
     private let sent = Atomic<UInt64>(0)
-    private let age = Mutex(AgeHistogram())
+    private let age = LockedValue(AgeHistogram())
     /// The audio level of frames delivered, measured only while a live view watches.
     let level = EdgeLevel()
 

@@ -7,7 +7,7 @@ public final class ProgressBoard: Sendable {
         public var position: Double
         public var total: Double?
     }
-    private let entries = Mutex<[String: Entry]>([:])
+    private let entries = LockedValue<[String: Entry]>([:])
     init() {}
     func update(_ id: String, position: Double, total: Double?) {
         entries.withLock { $0[id] = Entry(position: position, total: total) }

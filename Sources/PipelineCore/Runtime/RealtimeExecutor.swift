@@ -84,7 +84,7 @@ public enum RealtimeScheduling {
     /// system's own real-time threads).
     public static let priority: Int32 = 10
 
-    private static let result = Mutex<String?>(nil)
+    private static let result = LockedValue<String?>(nil)
     private static let reported = Atomic<Bool>(false)
 
     /// Asks real-time scheduling for the calling thread; returns whether it was granted.

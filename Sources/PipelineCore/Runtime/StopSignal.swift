@@ -9,7 +9,7 @@ final class StopSignal: Sendable {
         var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var abortWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     var aborted: Bool { state.withLock { $0.aborted } }
 
@@ -60,7 +60,7 @@ final class StopSignal: Sendable {
 
 /// The first failure of a run.
 final class FailureBox: Sendable {
-    private let value = Mutex<PipelineError?>(nil)
+    private let value = LockedValue<PipelineError?>(nil)
     /// Records `error` if it is the first; returns whether it was.
     func record(_ error: PipelineError) -> Bool {
         value.withLock { v in

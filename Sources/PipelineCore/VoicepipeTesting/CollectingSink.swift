@@ -64,7 +64,7 @@ public final class CollectingSink: Node {
 
 /// Recorders by name, created on first use: what several collecting sinks of one graph share with a test.
 public final class FrameRecorders: Sendable {
-    private let byName = Mutex<[String: FrameRecorder]>([:])
+    private let byName = LockedValue<[String: FrameRecorder]>([:])
 
     /// An empty board.
     public init() {}

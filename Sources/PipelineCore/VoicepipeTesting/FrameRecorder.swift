@@ -24,7 +24,7 @@ public final class FrameRecorder: Sendable {
         var ended = false
         var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     /// An empty recorder.
     public init() {}

@@ -1,4 +1,5 @@
 import Synchronization
+import PipelineCore
 
 /// A clock that only moves when a test calls ``advance(by:)``; sleepers wake when their deadline
 /// is reached. Pass it to `Pipeline(..., clock:)` or ``NodeHarness`` to drive pacing, heartbeats and
@@ -32,7 +33,7 @@ public final class ManualClock: Clock, Sendable {
         var next: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     /// A clock at offset zero.
     public init() {}

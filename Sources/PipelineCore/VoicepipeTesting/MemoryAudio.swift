@@ -21,9 +21,9 @@ public enum MemoryAudio {
         var playbacks: [String: [Int16]] = [:]
         var busy: Set<String> = []
     }
-    static let store: Mutex<Store> = {
+    static let store: LockedValue<Store> = {
         AudioBackendRegistry.install(.memory, capture: { try MemoryAudio.openCapture($0) }, playback: { try MemoryAudio.openPlayback($0) })
-        return Mutex(Store())
+        return LockedValue(Store())
     }()
 
     /// Installs the in-memory backend (`AudioBackendKind.memory`) in this process. Declaring a

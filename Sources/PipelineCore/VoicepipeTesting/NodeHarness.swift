@@ -34,7 +34,7 @@ public final class NodeHarness: Sendable {
 
     private let feeds: [String: AsyncStream<Frame>.Continuation]
     private let recorders = FrameRecorders()
-    private let collected = Mutex<[Event]>([])
+    private let collected = LockedValue<[Event]>([])
     private let outputNames: [String]
 
     /// Builds the harness: validates `parameters` against the type (with the same messages as a

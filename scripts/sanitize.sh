@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The sanitizer runs CI makes after the tests:
+#   1. the runtime's tests (PipelineCore: edges, executors, the scheduler, timing) built and run under
+#      ThreadSanitizer, in their own build directory (.build-tsan), on the PipelineCore package alone;
+#   2. every fuzz target under libFuzzer with AddressSanitizer (and UndefinedBehaviorSanitizer for the
+#      C shims around FFmpeg, speexdsp and the others), bench/libfuzz, SECONDS per target (default 10).
+# A sanitizer report fails the run.
+#   scripts/sanitize.sh [--tsan-only | --fuzz-only] [--seconds N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tsan=1 fuzz=1 seconds=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tsan-only) fuzz=0; shift ;;
+    --fuzz-only) tsan=0; shift ;;
+    --seconds) seconds="$2"; shift 2 ;;
+    *) echo "scripts/sanitize.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+if [ $tsan = 1 ]; then
+  echo "scripts/sanitize.sh: the runtime's tests under ThreadSanitizer"
+  # halt_on_error: the first data race fails the run (a report is not a warning).
+  TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}" \
+    swift test --package-path Sources/PipelineCore --scratch-path .build-tsan --sanitize thread --no-parallel 2>&1 \
+    | grep -vE "^(◇|↳|✔ Test [^r])" | tail -40
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "scripts/sanitize.sh: ThreadSanitizer run failed" >&2; exit 1; }
+fi
+if [ $fuzz = 1 ]; then
+  bench/libfuzz --seconds "$seconds"
+fi
