@@ -115,10 +115,17 @@ let package = Package(
             path: "bench/Sources/voicepipe-bench",
             swiftSettings: strict
         ),
-        // Mutation fuzzer for the parsers of untrusted input (bench/fuzz runs it).
+        // Fuzz targets for the parsers of untrusted input: libFuzzer's (bench/libfuzz builds them with
+        // -sanitize=fuzzer,address) or a built-in mutation fuzzer (bench/fuzz).
         .executableTarget(
             name: "voicepipe-fuzz",
-            dependencies: [core, "Nodes", "NATSClient"],
+            dependencies: [
+                core, "Nodes", "NATSClient",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
             path: "bench/Sources/voicepipe-fuzz",
             swiftSettings: strict
         ),

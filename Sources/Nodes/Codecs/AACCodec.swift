@@ -29,16 +29,16 @@ func avMessage(_ buffer: [CChar]) -> String {
 }
 
 /// An FFmpeg AAC-LC encoder (one per node; not thread-safe).
-final class AACEncoderHandle {
-    let format: AudioFormat
-    let frameSamples: Int
+public final class AACEncoderHandle {
+    public let format: AudioFormat
+    public let frameSamples: Int
     /// Priming samples per channel: the decoded stream lags the input by this.
-    let delay: Int
+    public let delay: Int
     private let encoder: OpaquePointer
     private var packet = [UInt8](repeating: 0, count: 8192)
     private var error = [CChar](repeating: 0, count: 256)
 
-    init(format: AudioFormat, bitrate: Int) throws {
+    public init(format: AudioFormat, bitrate: Int) throws {
         if let p = AACRates.problem(format, node: "aac-encode") { throw NodeError("unsupported_format", p) }
         self.format = format
         guard let e = vp_aac_encoder_create(Int32(format.sampleRate), Int32(format.channels), Int32(bitrate), &error, error.count) else {
@@ -52,7 +52,7 @@ final class AACEncoderHandle {
     deinit { vp_aac_encoder_destroy(encoder) }
 
     /// Encodes one frame of `frameSamples` per channel from `samples[offset...]` (nil: drain); returns the packets ready.
-    func encode(_ samples: UnsafeBufferPointer<Int16>?, offset: Int = 0) throws -> [[UInt8]] {
+    public func encode(_ samples: UnsafeBufferPointer<Int16>?, offset: Int = 0) throws -> [[UInt8]] {
         let rc = vp_aac_encoder_send(encoder, samples.map { $0.baseAddress! + offset }, &error, error.count)
         guard rc == 0 else { throw NodeError("encode_failed", avMessage(error)) }
         var out: [[UInt8]] = []
@@ -67,13 +67,13 @@ final class AACEncoderHandle {
 }
 
 /// An FFmpeg AAC decoder for raw access units (one per node; not thread-safe).
-final class AACDecoderHandle {
-    let format: AudioFormat
+public final class AACDecoderHandle {
+    public let format: AudioFormat
     private let decoder: OpaquePointer
     private var pcm: [Int16]
     private var error = [CChar](repeating: 0, count: 256)
 
-    init(format: AudioFormat, config: [UInt8]? = nil) throws {
+    public init(format: AudioFormat, config: [UInt8]? = nil) throws {
         if let p = AACRates.problem(format, node: "aac-decode") { throw NodeError("unsupported_format", p) }
         self.format = format
         pcm = [Int16](repeating: 0, count: 8 * 2048 * format.channels)
@@ -88,7 +88,7 @@ final class AACDecoderHandle {
     deinit { vp_aac_decoder_destroy(decoder) }
 
     /// Decodes one access unit to interleaved s16 in `format`.
-    func decode(_ packet: [UInt8]) throws -> [Int16] {
+    public func decode(_ packet: [UInt8]) throws -> [Int16] {
         var channels: Int32 = 0, rate: Int32 = 0
         let n = packet.withUnsafeBufferPointer { p in
             pcm.withUnsafeMutableBufferPointer { out in

@@ -22,13 +22,13 @@ enum OpusRates {
 }
 
 /// A libopus encoder (one per node; not thread-safe).
-final class OpusEncoderHandle {
-    let format: AudioFormat
-    let frameSamples: Int
+public final class OpusEncoderHandle {
+    public let format: AudioFormat
+    public let frameSamples: Int
     private let encoder: OpaquePointer
     private var packet = [UInt8](repeating: 0, count: 4000)
 
-    init(format: AudioFormat, frameMs: Int, application: Int32, bitrate: Int?, fec: Bool, expectedLoss: Int,
+    public init(format: AudioFormat, frameMs: Int, application: Int32, bitrate: Int?, fec: Bool, expectedLoss: Int,
          dtx: Bool, complexity: Int?) throws {
         if let p = OpusRates.problem(format, node: "opus-encode") { throw NodeError("unsupported_format", p) }
         self.format = format
@@ -55,7 +55,7 @@ final class OpusEncoderHandle {
     }
 
     /// Encodes exactly `frameSamples` samples per channel starting at `offset` of `samples`.
-    func encode(_ samples: UnsafeBufferPointer<Int16>, offset: Int) throws -> [UInt8] {
+    public func encode(_ samples: UnsafeBufferPointer<Int16>, offset: Int) throws -> [UInt8] {
         let n = packet.withUnsafeMutableBufferPointer { out in
             opus_encode(encoder, samples.baseAddress! + offset, Int32(frameSamples), out.baseAddress!, Int32(out.count))
         }
@@ -65,14 +65,14 @@ final class OpusEncoderHandle {
 }
 
 /// A libopus decoder (one per node; not thread-safe).
-final class OpusDecoderHandle {
-    let format: AudioFormat
+public final class OpusDecoderHandle {
+    public let format: AudioFormat
     private let decoder: OpaquePointer
     private var pcm: [Int16]
     /// Largest frame: 120 ms.
-    let maxFrame: Int
+    public let maxFrame: Int
 
-    init(format: AudioFormat) throws {
+    public init(format: AudioFormat) throws {
         if let p = OpusRates.problem(format, node: "opus-decode") { throw NodeError("unsupported_format", p) }
         self.format = format
         maxFrame = format.sampleRate * 120 / 1000
@@ -89,7 +89,7 @@ final class OpusDecoderHandle {
     /// Decodes a packet; with `fec`, decodes the previous (lost) frame of `frameSamples` from the
     /// packet's redundancy (libopus conceals when there is none). `packet == nil` conceals
     /// `frameSamples` (packet-loss concealment).
-    func decode(_ packet: [UInt8]?, fec: Bool = false, frameSamples: Int? = nil) throws -> [Int16] {
+    public func decode(_ packet: [UInt8]?, fec: Bool = false, frameSamples: Int? = nil) throws -> [Int16] {
         let size = Int32(min(frameSamples ?? maxFrame, maxFrame))
         let n: Int32 = pcm.withUnsafeMutableBufferPointer { out in
             if let packet {

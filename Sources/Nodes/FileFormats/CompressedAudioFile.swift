@@ -5,17 +5,17 @@ import PipelineCore
 /// A compressed audio file (M4A/AAC, MP3, Ogg Opus/Vorbis, FLAC, ... — whatever FFmpeg's libavformat
 /// opens) decoded to interleaved s16 at the file's own rate and channel count.
 /// Used by one node at a time (not thread-safe); never shared.
-final class CompressedAudioFile: @unchecked Sendable {
-    let path: String
-    let format: AudioFormat
+public final class CompressedAudioFile: @unchecked Sendable {
+    public let path: String
+    public let format: AudioFormat
     /// Seconds, when the container states it.
-    let duration: Double?
+    public let duration: Double?
     /// Codec and container, for messages ("aac in mov,mp4,m4a,3gp,3g2,mj2").
-    let description: String
+    public let description: String
     private let reader: OpaquePointer
     private var error = [CChar](repeating: 0, count: 256)
 
-    init(path: String) throws {
+    public init(path: String) throws {
         var message = [CChar](repeating: 0, count: 256)
         guard let r = vp_media_open(path, &message, message.count) else {
             let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? nil
@@ -57,7 +57,7 @@ final class CompressedAudioFile: @unchecked Sendable {
     deinit { vp_media_close(reader) }
 
     /// Up to `frames` samples per channel; empty at the end of the file.
-    func read(frames: Int) throws -> [Int16] {
+    public func read(frames: Int) throws -> [Int16] {
         var out = [Int16](repeating: 0, count: max(1, frames) * format.channels)
         let n = out.withUnsafeMutableBufferPointer { vp_media_read(reader, $0.baseAddress!, Int32($0.count), &error, error.count) }
         guard n >= 0 else { throw NodeError("decode_failed", "\(path): \(avMessage(error))") }
@@ -66,14 +66,14 @@ final class CompressedAudioFile: @unchecked Sendable {
     }
 
     /// Damage read past so far: frames skipped or undecodable, and the media time of the first and last.
-    var damage: (frames: Int, first: Double, last: Double) {
+    public var damage: (frames: Int, first: Double, last: Double) {
         var first = 0.0, last = 0.0
         let n = vp_media_damage(reader, &first, &last)
         return (Int(n), first, last)
     }
 
     /// Back to the first sample.
-    func rewind() throws {
+    public func rewind() throws {
         guard vp_media_rewind(reader, &error, error.count) == 0 else { throw NodeError("decode_failed", "\(path): \(avMessage(error))") }
     }
 }

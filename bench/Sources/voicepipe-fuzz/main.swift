@@ -1,14 +1,27 @@
-// voicepipe-fuzz: a mutation fuzzer for the parsers that read untrusted input — graph files
-// (YAML loader and validator), WAV headers, RTP packets, and the Tencent ASR and digital-human
-// server messages. Each target runs for a bounded time from a seed corpus; an input that traps
-// (a crash) or runs longer than the hang limit is written to the crash directory and the run
-// exits non-zero. Errors thrown by the parsers are the expected outcome for bad input.
+// voicepipe-fuzz: fuzz targets for the parsers that read untrusted input — graph files (YAML loader
+// and validator), WAV headers, audio files through FFmpeg, RTP and RFC 3640 packets, multicast DNS,
+// Wyoming, NATS, the Tencent ASR and digital-human server messages, and the HTTP and WebSocket framing
+// of `serve`. Two drivers share the targets:
+//
+// - built with `-sanitize=fuzzer,address -D VOICEPIPE_LIBFUZZER` (bench/libfuzz), `libfuzzer TARGET`
+//   hands the target to libFuzzer: coverage-guided, under AddressSanitizer, with the seed corpus in
+//   bench/fuzz-corpus/TARGET;
+// - in any build, a target name runs a built-in mutation fuzzer for a bounded time (bench/fuzz).
+//
+// An input that traps (a crash) or runs longer than the hang limit is written to the crash directory
+// and the run exits non-zero. Errors thrown by the parsers are the expected outcome for bad input.
 //
 //   voicepipe-fuzz all --seconds 20 --crash-dir .build/fuzz-crashes
 //   voicepipe-fuzz yaml --seconds 60 --seed 7
 //   voicepipe-fuzz replay wav crash-wav-000.bin
+//   voicepipe-fuzz seeds bench/fuzz-corpus          (writes each target's seeds, one file each)
+//   voicepipe-fuzz libfuzzer rtp -max_total_time=30 .build/libfuzzer-corpus/rtp bench/fuzz-corpus/rtp
 import Foundation
 import NATSClient
+import NIOCore
+import NIOEmbedded
+import NIOHTTP1
+import NIOWebSocket
 import Nodes
 import PipelineCore
 
@@ -88,6 +101,21 @@ func repoFile(_ relative: String) -> String {
         dir = dir.deletingLastPathComponent()
     }
     return FileManager.default.currentDirectoryPath + "/" + relative
+}
+
+/// Test signals for seeds.
+enum SeedSignal {
+    /// A 440 Hz tone at -12 dBFS (48 kHz), interleaved channels treated alike.
+    static func tone(samples: Int) -> [Int16] {
+        (0..<samples).map { Int16(8000 * sin(2 * Double.pi * 440 * Double($0) / 48000)) }
+    }
+}
+
+/// The files of bench/fuzz-corpus/NAME (for seeds that are whole media files, made by independent encoders).
+func corpusFiles(_ name: String) -> [[UInt8]] {
+    let dir = repoFile("bench/fuzz-corpus/\(name)")
+    let files = ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).sorted()
+    return files.compactMap { FileManager.default.contents(atPath: dir + "/" + $0).map { Array($0) } }
 }
 
 func wav(rate: UInt32, channels: UInt16, bits: UInt16, tag: UInt16, samples: Int) -> [UInt8] {
@@ -248,6 +276,145 @@ let targets: [Target] = [
                    while (try? q.next()) != nil {}
                }
            }),
+    Target(name: "ffmpeg", text: false,
+           dictionary: ["ID3", "fLaC", "OggS", "OpusHead", "OpusTags", "\u{1}vorbis", "ftyp", "moov", "mdat", "trak", "mp4a", "esds",
+                        "\u{FF}\u{FB}", "\u{FF}\u{F1}", "\u{FF}\u{F9}", "RIFF", "WAVE", "FORM", "AIFF", "\u{0}\u{0}\u{0}\u{0}", "\u{FF}\u{FF}\u{FF}\u{FF}"],
+           seeds: { corpusFiles("ffmpeg") },
+           run: { bytes in
+               // What file-source does with a file that is not a WAV: open it through FFmpeg and decode,
+               // here at most 30 s of audio, so one input stays fast.
+               let path = scratch + "/input.media"
+               _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+               guard let f = try? CompressedAudioFile(path: path) else { return }
+               var frames = 0
+               while frames < f.format.sampleRate * 30, let block = try? f.read(frames: 1024), !block.isEmpty {
+                   frames += block.count / max(1, f.format.channels)
+               }
+               _ = f.damage
+           }),
+    Target(name: "opus", text: false, dictionary: [[0x00], [0x01], [0x03], [0xFC], [0xFF], [0x7F], [0x80]].map { String(decoding: $0, as: UTF8.self) },
+           seeds: {
+               // A control byte (bit 0: stereo decoder, bit 1: decode with FEC), then packets, each after its
+               // length byte (0: a lost packet, concealed): what opus-decode does with a peer's RTP payloads.
+               var seeds: [[UInt8]] = []
+               for (channels, frameMs) in [(1, 20), (2, 10), (1, 60)] {
+                   guard let e = try? OpusEncoderHandle(format: AudioFormat(sampleRate: 48000, channels: channels), frameMs: frameMs, application: 2048,
+                                                        bitrate: 16000, fec: true, expectedLoss: 10, dtx: false, complexity: 5) else { continue }
+                   let tone = SeedSignal.tone(samples: e.frameSamples * channels * 3)
+                   var seed: [UInt8] = [UInt8(channels - 1) | 2]
+                   tone.withUnsafeBufferPointer { b in
+                       for i in 0..<3 {
+                           if let packet = try? e.encode(b, offset: i * e.frameSamples * channels), packet.count < 256 {
+                               seed.append(UInt8(packet.count)); seed += packet
+                           }
+                       }
+                   }
+                   seed.append(0)
+                   seeds.append(seed)
+               }
+               return seeds
+           },
+           run: { bytes in
+               guard let control = bytes.first,
+                     let d = try? OpusDecoderHandle(format: AudioFormat(sampleRate: 48000, channels: control & 1 == 1 ? 2 : 1)) else { return }
+               var at = 1
+               while at < bytes.count {
+                   let n = Int(bytes[at]); at += 1
+                   let packet = Array(bytes[at..<min(bytes.count, at + n)]); at += n
+                   if packet.isEmpty { _ = try? d.decode(nil, frameSamples: 960) } else {
+                       if control & 2 != 0 { _ = try? d.decode(packet, fec: true, frameSamples: 960) }
+                       _ = try? d.decode(packet)
+                   }
+               }
+           }),
+    Target(name: "aac", text: false, dictionary: [[0x11, 0x88], [0x12, 0x10], [0x13, 0x90], [0xF8], [0x00, 0x00], [0xFF, 0xFF]].map { String(decoding: $0, as: UTF8.self) },
+           seeds: {
+               // Two bytes of AudioSpecificConfig (as an SDP `config=` gives it), then access units, each
+               // after a 16-bit length: what aac-decode does with a peer's RFC 3640 payloads.
+               var seeds: [[UInt8]] = []
+               for (rate, channels, config) in [(48000, 1, [UInt8]([0x11, 0x88])), (16000, 2, [UInt8]([0x14, 0x10]))] {
+                   guard let e = try? AACEncoderHandle(format: AudioFormat(sampleRate: rate, channels: channels), bitrate: 32000) else { continue }
+                   let tone = SeedSignal.tone(samples: e.frameSamples * channels * 6)
+                   var seed = config
+                   tone.withUnsafeBufferPointer { b in
+                       var units: [[UInt8]] = []
+                       for i in 0..<6 { units += (try? e.encode(b, offset: i * e.frameSamples * channels)) ?? [] }
+                       units += (try? e.encode(nil)) ?? []
+                       for u in units.prefix(6) { seed += [UInt8(u.count >> 8), UInt8(u.count & 0xFF)] + u }
+                   }
+                   seeds.append(seed)
+               }
+               return seeds
+           },
+           run: { bytes in
+               guard bytes.count >= 2 else { return }
+               let config = Array(bytes[0..<2])
+               // The decoder's rate and channels as the SDP states them (here from the config's bits).
+               let rates = [96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000]
+               let index = Int((bytes[0] & 0x07) << 1 | bytes[1] >> 7)
+               let rate = index < rates.count ? rates[index] : 48000
+               let channels = Int((bytes[1] >> 3) & 0x0F) == 2 ? 2 : 1
+               guard let d = try? AACDecoderHandle(format: AudioFormat(sampleRate: rate, channels: channels), config: config) else { return }
+               var at = 2
+               while at + 2 <= bytes.count {
+                   let n = Int(bytes[at]) << 8 | Int(bytes[at + 1]); at += 2
+                   let unit = Array(bytes[at..<min(bytes.count, at + n)]); at += n
+                   _ = try? d.decode(unit)
+               }
+           }),
+    Target(name: "http", text: true,
+           dictionary: ["GET ", "POST ", " HTTP/1.1\r\n", " HTTP/1.0\r\n", "\r\n", "\r\n\r\n", "Host: ", "Upgrade: websocket\r\n",
+                        "Connection: Upgrade\r\n", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "Sec-WebSocket-Version: 13\r\n",
+                        "Content-Length: ", "Transfer-Encoding: chunked\r\n", "0\r\n\r\n", "?", "&", "=", "%", "%00", "%FF",
+                        "/asr/v2/1259228442", "secretid=", "timestamp=", "expired=", "nonce=", "voice_id=", "signature=", "engine_model_type=16k_zh"],
+           seeds: {
+               ["GET /asr/v2/1259228442?engine_model_type=16k_zh&expired=1700086400&nonce=7&secretid=AKID&timestamp=1700000000&voice_format=1&voice_id=v1&signature=abc%3D HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                "POST /sessions HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                "GET /talk?token=abc HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc"].map { Array($0.utf8) }
+           },
+           run: { bytes in
+               // serve's HTTP parsing (NIO's decoder, as `configureHTTPServerPipeline` installs it), then what the
+               // Tencent route reads from a request head: the query and the text it signs.
+               let channel = EmbeddedChannel(handler: ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes)))
+               _ = try? channel.writeInbound(channel.allocator.buffer(bytes: bytes))
+               while let part = (try? channel.readInbound(as: HTTPServerRequestPart.self)) ?? nil {
+                   guard case .head(let head) = part else { continue }
+                   let parts = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+                   var query: [String: String] = [:]
+                   for (k, v) in TencentSignature.parseQuery(parts.count > 1 ? String(parts[1]) : "") { query[k] = v }
+                   _ = TencentSignature.signedText(host: head.headers.first(name: "Host") ?? "", path: String(parts.first ?? ""), parameters: query)
+               }
+               _ = try? channel.finish()
+           }),
+    Target(name: "websocket", text: false,
+           dictionary: [[0x81], [0x82], [0x88], [0x89], [0x8A], [0x01], [0x00], [0x80], [0x7E, 0x00], [0x7F, 0, 0, 0, 0, 0, 0, 0],
+                        [0xFF, 0xFF, 0xFF, 0xFF]].map { String(decoding: $0, as: UTF8.self) } + ["{\"type\":\"end\"}", "end"],
+           seeds: {
+               func frame(_ opcode: UInt8, _ payload: [UInt8], fin: Bool = true, mask: [UInt8] = [1, 2, 3, 4]) -> [UInt8] {
+                   var f: [UInt8] = [(fin ? 0x80 : 0) | opcode]
+                   if payload.count < 126 { f.append(0x80 | UInt8(payload.count)) } else { f += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)] }
+                   f += mask
+                   f += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+                   return f
+               }
+               return [frame(2, (0..<640).map { UInt8($0 & 0xFF) }) + frame(1, Array(#"{"type":"end"}"#.utf8)),
+                       frame(1, Array("hel".utf8), fin: false) + frame(0, Array("lo".utf8)) + frame(9, []) + frame(8, [0x03, 0xE8])]
+           },
+           run: { bytes in
+               // serve's WebSocket framing (NIO's decoder with the route's frame limit), then each text
+               // message as the session reads it (JSON, or the bare word "end").
+               let channel = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 16)))
+               _ = try? channel.writeInbound(channel.allocator.buffer(bytes: bytes))
+               while let frame = (try? channel.readInbound(as: WebSocketFrame.self)) ?? nil {
+                   guard frame.opcode == .text else { continue }
+                   let text = String(buffer: frame.unmaskedData)
+                   if let data = text.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
+                       _ = object["type"] as? String
+                   }
+               }
+               _ = try? channel.finish()
+           }),
 ]
 
 // MARK: - Mutation
@@ -338,6 +505,56 @@ func option(_ name: String, _ args: inout [String]) -> String? {
     defer { args.removeSubrange(i...i + 1) }
     return args[i + 1]
 }
+#if VOICEPIPE_LIBFUZZER
+/// libFuzzer's entry for a program with its own `main` (LLVM 11 and later).
+@_silgen_name("LLVMFuzzerRunDriver")
+func llvmFuzzerRunDriver(_ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+                         _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt
+
+nonisolated(unsafe) var libFuzzerTarget: Target?
+
+/// One input, from libFuzzer (which also needs this symbol to link).
+@_cdecl("LLVMFuzzerTestOneInput")
+func llvmFuzzerTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    libFuzzerTarget?.run(size == 0 || data == nil ? [] : Array(UnsafeBufferPointer(start: data, count: size)))
+    return 0
+}
+
+if args.first == "libfuzzer" {
+    guard args.count >= 2, let t = targets.first(where: { $0.name == args[1] }) else {
+        print("usage: voicepipe-fuzz libfuzzer TARGET [libFuzzer options] [corpus directories]"); exit(2)
+    }
+    libFuzzerTarget = t
+    // libFuzzer reads its own options (-max_total_time=, -runs=, ...) and corpus directories.
+    let forward = [CommandLine.arguments[0]] + Array(args.dropFirst(2))
+    var cArgs: [UnsafeMutablePointer<CChar>?] = forward.map { strdup($0) } + [nil]
+    var argc = CInt(forward.count)
+    let status = cArgs.withUnsafeMutableBufferPointer { buffer -> CInt in
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = buffer.baseAddress
+        return llvmFuzzerRunDriver(&argc, &argv, llvmFuzzerTestOneInput)
+    }
+    exit(status)
+}
+#endif
+
+if args.first == "libfuzzer" {
+    print("voicepipe-fuzz: this build has no libFuzzer; bench/libfuzz builds one (-sanitize=fuzzer,address -D VOICEPIPE_LIBFUZZER)")
+    exit(2)
+}
+
+// `seeds DIR`: each target's built-in seeds as files, DIR/TARGET/seed-NNN (the corpus kept in the
+// repository; targets whose seeds are read from that corpus are left as they are).
+if args.first == "seeds", args.count == 2 {
+    for t in targets where t.name != "ffmpeg" {
+        let dir = args[1] + "/" + t.name
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        for (i, seed) in t.seeds().enumerated() {
+            _ = FileManager.default.createFile(atPath: dir + String(format: "/seed-%03d", i), contents: Data(seed))
+        }
+    }
+    exit(0)
+}
+
 let seconds = option("--seconds", &args).flatMap(Double.init) ?? 10
 let seed = option("--seed", &args).flatMap(UInt64.init) ?? UInt64(UInt32(truncatingIfNeeded: time(nil)))
 let crashDir = option("--crash-dir", &args) ?? FileManager.default.currentDirectoryPath
