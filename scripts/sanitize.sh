@@ -2,9 +2,13 @@
 # The sanitizer runs CI makes after the tests:
 #   1. the runtime's tests (PipelineCore: edges, executors, the scheduler, timing) built and run under
 #      ThreadSanitizer, in their own build directory (.build-tsan), on the PipelineCore package alone;
-#   2. every fuzz target under libFuzzer with AddressSanitizer (and UndefinedBehaviorSanitizer for the
-#      C shims around FFmpeg, speexdsp and the others), bench/libfuzz, SECONDS per target (default 10).
-# A sanitizer report fails the run.
+#   2. every fuzz target under libFuzzer with AddressSanitizer, bench/libfuzz, SECONDS per target
+#      (default 10);
+#   3. voicepipe itself under AddressSanitizer on the paths that drive C libraries with real media
+#      (PocketSphinx, FFmpeg, Opus, AAC, both echo cancellers, RTP, serve with concurrent sessions),
+#      bench/asan-runs.sh, sharing step 2's build.
+# A sanitizer report fails the run. (Swift has no UndefinedBehaviorSanitizer of its own: it traps on
+# overflow and out-of-bounds access in every build, which the fuzzers count as crashes.)
 #   scripts/sanitize.sh [--tsan-only | --fuzz-only] [--seconds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +31,5 @@ if [ $tsan = 1 ]; then
 fi
 if [ $fuzz = 1 ]; then
   bench/libfuzz --seconds "$seconds"
+  bench/asan-runs.sh
 fi
