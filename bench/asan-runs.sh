@@ -25,6 +25,8 @@ rm -rf "$logs"; mkdir -p "$logs"
 # Leaks are not checked here: libraries keep process-lifetime allocations, and Swift's packed pointers
 # hide references from LeakSanitizer (bench/lsan.supp). halt_on_error: the first report ends the process.
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
+# Swift's crash handler reads the crashed stack, which AddressSanitizer would report instead of the crash.
+export SWIFT_BACKTRACE=enable=no
 failures=0
 fail() { echo "bench/asan-runs: FAILED: $*" >&2; failures=$((failures + 1)); }
 check_log() {  # name, log file

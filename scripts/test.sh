@@ -24,4 +24,30 @@ if [ $started_pulse = 1 ]; then trap 'scripts/pulse-env.sh stop >/dev/null 2>&1 
 # One test at a time: many tests run real devices, codecs, sockets and child processes in real
 # time, and on a 2-core machine running them all at once starves Swift's cooperative pool
 # (two threads) and turns timing checks into noise.
-swift test --skip-build --no-parallel "$@"
+# The results also go to .build/test-results-swift-testing.xml (JUnit XML).
+set +e
+swift test --skip-build --no-parallel --xunit-output .build/test-results.xml "$@"
+status=$?
+set -e
+# A whole run (no arguments) where one to three tests failed: each is run once more, alone. Real-time tests
+# (devices, sockets, child processes, paced files) share two cores with everything else here, and one
+# disturbed by the machine passes alone; a defect fails again and fails the run. Tests that passed only on
+# the second run are named at the end, as flaky, never counted as passed the first time.
+if [ $status -ne 0 ] && [ $# -eq 0 ] && [ -f .build/test-results-swift-testing.xml ]; then
+  mapfile -t failed < <(python3 - .build/test-results-swift-testing.xml <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    if case.find("failure") is not None:
+        print(re.escape(f"{case.get('classname')}/{case.get('name')}"))
+PY
+  )
+  if [ ${#failed[@]} -ge 1 ] && [ ${#failed[@]} -le 3 ]; then
+    echo "scripts/test.sh: ${#failed[@]} test(s) failed; running each once more, alone"
+    for t in "${failed[@]}"; do
+      swift test --skip-build --no-parallel --filter "^$t" || { echo "scripts/test.sh: failed again: $t" >&2; exit 1; }
+    done
+    echo "scripts/test.sh: FLAKY (failed in the whole run, passed alone): $(printf '%s  ' "${failed[@]}" | tr -d '\\')"
+    status=0
+  fi
+fi
+exit $status
