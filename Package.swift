@@ -47,8 +47,9 @@ let package = Package(
         .target(name: "CEchoCancel", dependencies: ["CWebRTCAudioProcessing", "CSpeexDSP"], path: "Sources/CEchoCancel",
                 cxxSettings: [.define("WEBRTC_LINUX"), .define("WEBRTC_POSIX"), .define("WEBRTC_AUDIO_PROCESSING_ONLY_BUILD")]),
         // FFmpeg (libavcodec, libavformat, libswresample from Debian) behind a narrow C interface: AAC, audio files.
-        .target(name: "CAVCodec", path: "Sources/CAVCodec",
-                linkerSettings: [.linkedLibrary("avformat"), .linkedLibrary("avcodec"), .linkedLibrary("swresample"), .linkedLibrary("avutil")]),
+        // Loaded at first use (dlopen), as ONNX Runtime is: the build needs the headers, a run that reads no
+        // compressed file and codes no AAC does not load FFmpeg and the hundred-odd libraries it brings.
+        .target(name: "CAVCodec", path: "Sources/CAVCodec", linkerSettings: [.linkedLibrary("dl")]),
         .target(
             name: "NATSClient",
             dependencies: [

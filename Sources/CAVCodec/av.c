@@ -6,13 +6,181 @@
 #include <libavutil/channel_layout.h>
 #include <libavutil/opt.h>
 #include <libswresample/swresample.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-static void quiet_once(void) {
-    static int done = 0;
-    if (!done) { done = 1; av_log_set_level(AV_LOG_FATAL); }
+/* ---- FFmpeg, loaded at first use ----
+ * The libraries are opened with dlopen when the first AAC codec or compressed file is opened, not
+ * linked: libavformat alone brings some 130 shared libraries (X11, cairo, every video codec), and every
+ * `voicepipe` start paid for their symbol look-ups whether or not the graph reads a compressed file.
+ * The headers still come from the -dev packages at build time; the sonames are those of the headers'
+ * major versions. Below, each FFmpeg function this file calls is a pointer filled from the libraries,
+ * and a macro makes the code call through it. */
+#define VP_STR2(x) #x
+#define VP_STR(x) VP_STR2(x)
+
+static __typeof__(av_channel_layout_copy) *p_av_channel_layout_copy;
+static __typeof__(av_channel_layout_default) *p_av_channel_layout_default;
+static __typeof__(av_frame_alloc) *p_av_frame_alloc;
+static __typeof__(av_frame_free) *p_av_frame_free;
+static __typeof__(av_frame_get_buffer) *p_av_frame_get_buffer;
+static __typeof__(av_frame_make_writable) *p_av_frame_make_writable;
+static __typeof__(av_frame_unref) *p_av_frame_unref;
+static __typeof__(av_free) *p_av_free;
+static __typeof__(av_log_set_level) *p_av_log_set_level;
+static __typeof__(av_mallocz) *p_av_mallocz;
+static __typeof__(av_realloc) *p_av_realloc;
+static __typeof__(av_rescale_rnd) *p_av_rescale_rnd;
+static __typeof__(av_strerror) *p_av_strerror;
+static __typeof__(av_new_packet) *p_av_new_packet;
+static __typeof__(av_packet_alloc) *p_av_packet_alloc;
+static __typeof__(av_packet_free) *p_av_packet_free;
+static __typeof__(av_packet_unref) *p_av_packet_unref;
+static __typeof__(avcodec_alloc_context3) *p_avcodec_alloc_context3;
+static __typeof__(avcodec_find_decoder) *p_avcodec_find_decoder;
+static __typeof__(avcodec_find_encoder_by_name) *p_avcodec_find_encoder_by_name;
+static __typeof__(avcodec_flush_buffers) *p_avcodec_flush_buffers;
+static __typeof__(avcodec_free_context) *p_avcodec_free_context;
+static __typeof__(avcodec_open2) *p_avcodec_open2;
+static __typeof__(avcodec_parameters_to_context) *p_avcodec_parameters_to_context;
+static __typeof__(avcodec_receive_frame) *p_avcodec_receive_frame;
+static __typeof__(avcodec_receive_packet) *p_avcodec_receive_packet;
+static __typeof__(avcodec_send_frame) *p_avcodec_send_frame;
+static __typeof__(avcodec_send_packet) *p_avcodec_send_packet;
+static __typeof__(av_find_best_stream) *p_av_find_best_stream;
+static __typeof__(av_read_frame) *p_av_read_frame;
+static __typeof__(av_seek_frame) *p_av_seek_frame;
+static __typeof__(avformat_close_input) *p_avformat_close_input;
+static __typeof__(avformat_find_stream_info) *p_avformat_find_stream_info;
+static __typeof__(avformat_open_input) *p_avformat_open_input;
+static __typeof__(avformat_seek_file) *p_avformat_seek_file;
+static __typeof__(swr_alloc_set_opts2) *p_swr_alloc_set_opts2;
+static __typeof__(swr_convert) *p_swr_convert;
+static __typeof__(swr_free) *p_swr_free;
+static __typeof__(swr_init) *p_swr_init;
+
+static int ffmpeg_loaded;
+static char ffmpeg_problem[512];
+
+static void *open_library(const char *name) {
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h && !ffmpeg_problem[0]) {
+        const char *why = dlerror();
+        snprintf(ffmpeg_problem, sizeof ffmpeg_problem,
+                 "FFmpeg's libraries could not be loaded (%s); install them (Debian 12: apt-get install libavformat59 libavcodec59 libswresample4 libavutil57)",
+                 why ? why : name);
+    }
+    return h;
 }
+
+#define VP_RESOLVE(handle, fn) \
+    if (ok && !(p_##fn = (__typeof__(p_##fn))dlsym(handle, #fn))) { \
+        snprintf(ffmpeg_problem, sizeof ffmpeg_problem, "FFmpeg's %s has no %s (a different FFmpeg version than the one voicepipe was built with?)", #handle, #fn); \
+        ok = 0; \
+    }
+
+static void load_ffmpeg(void) {
+    void *avutil = open_library("libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR));
+    void *swresample = avutil ? open_library("libswresample.so." VP_STR(LIBSWRESAMPLE_VERSION_MAJOR)) : NULL;
+    void *avcodec = swresample ? open_library("libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR)) : NULL;
+    void *avformat = avcodec ? open_library("libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR)) : NULL;
+    int ok = avformat != NULL;
+    VP_RESOLVE(avutil, av_channel_layout_copy)
+    VP_RESOLVE(avutil, av_channel_layout_default)
+    VP_RESOLVE(avutil, av_frame_alloc)
+    VP_RESOLVE(avutil, av_frame_free)
+    VP_RESOLVE(avutil, av_frame_get_buffer)
+    VP_RESOLVE(avutil, av_frame_make_writable)
+    VP_RESOLVE(avutil, av_frame_unref)
+    VP_RESOLVE(avutil, av_free)
+    VP_RESOLVE(avutil, av_log_set_level)
+    VP_RESOLVE(avutil, av_mallocz)
+    VP_RESOLVE(avutil, av_realloc)
+    VP_RESOLVE(avutil, av_rescale_rnd)
+    VP_RESOLVE(avutil, av_strerror)
+    VP_RESOLVE(avcodec, av_new_packet)
+    VP_RESOLVE(avcodec, av_packet_alloc)
+    VP_RESOLVE(avcodec, av_packet_free)
+    VP_RESOLVE(avcodec, av_packet_unref)
+    VP_RESOLVE(avcodec, avcodec_alloc_context3)
+    VP_RESOLVE(avcodec, avcodec_find_decoder)
+    VP_RESOLVE(avcodec, avcodec_find_encoder_by_name)
+    VP_RESOLVE(avcodec, avcodec_flush_buffers)
+    VP_RESOLVE(avcodec, avcodec_free_context)
+    VP_RESOLVE(avcodec, avcodec_open2)
+    VP_RESOLVE(avcodec, avcodec_parameters_to_context)
+    VP_RESOLVE(avcodec, avcodec_receive_frame)
+    VP_RESOLVE(avcodec, avcodec_receive_packet)
+    VP_RESOLVE(avcodec, avcodec_send_frame)
+    VP_RESOLVE(avcodec, avcodec_send_packet)
+    VP_RESOLVE(avformat, av_find_best_stream)
+    VP_RESOLVE(avformat, av_read_frame)
+    VP_RESOLVE(avformat, av_seek_frame)
+    VP_RESOLVE(avformat, avformat_close_input)
+    VP_RESOLVE(avformat, avformat_find_stream_info)
+    VP_RESOLVE(avformat, avformat_open_input)
+    VP_RESOLVE(avformat, avformat_seek_file)
+    VP_RESOLVE(swresample, swr_alloc_set_opts2)
+    VP_RESOLVE(swresample, swr_convert)
+    VP_RESOLVE(swresample, swr_free)
+    VP_RESOLVE(swresample, swr_init)
+    if (ok) {
+        p_av_log_set_level(AV_LOG_FATAL);
+        ffmpeg_loaded = 1;
+    }
+}
+
+/* Loads FFmpeg once per process; 0 when it is there, -1 with the reason in err otherwise. */
+static int ffmpeg_ready(char *err, size_t errlen) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_ffmpeg);
+    if (ffmpeg_loaded) return 0;
+    if (err && errlen) snprintf(err, errlen, "%s", ffmpeg_problem);
+    return -1;
+}
+
+#define av_channel_layout_copy (*p_av_channel_layout_copy)
+#define av_channel_layout_default (*p_av_channel_layout_default)
+#define av_frame_alloc (*p_av_frame_alloc)
+#define av_frame_free (*p_av_frame_free)
+#define av_frame_get_buffer (*p_av_frame_get_buffer)
+#define av_frame_make_writable (*p_av_frame_make_writable)
+#define av_frame_unref (*p_av_frame_unref)
+#define av_free (*p_av_free)
+#define av_log_set_level (*p_av_log_set_level)
+#define av_mallocz (*p_av_mallocz)
+#define av_realloc (*p_av_realloc)
+#define av_rescale_rnd (*p_av_rescale_rnd)
+#define av_strerror (*p_av_strerror)
+#define av_new_packet (*p_av_new_packet)
+#define av_packet_alloc (*p_av_packet_alloc)
+#define av_packet_free (*p_av_packet_free)
+#define av_packet_unref (*p_av_packet_unref)
+#define avcodec_alloc_context3 (*p_avcodec_alloc_context3)
+#define avcodec_find_decoder (*p_avcodec_find_decoder)
+#define avcodec_find_encoder_by_name (*p_avcodec_find_encoder_by_name)
+#define avcodec_flush_buffers (*p_avcodec_flush_buffers)
+#define avcodec_free_context (*p_avcodec_free_context)
+#define avcodec_open2 (*p_avcodec_open2)
+#define avcodec_parameters_to_context (*p_avcodec_parameters_to_context)
+#define avcodec_receive_frame (*p_avcodec_receive_frame)
+#define avcodec_receive_packet (*p_avcodec_receive_packet)
+#define avcodec_send_frame (*p_avcodec_send_frame)
+#define avcodec_send_packet (*p_avcodec_send_packet)
+#define av_find_best_stream (*p_av_find_best_stream)
+#define av_read_frame (*p_av_read_frame)
+#define av_seek_frame (*p_av_seek_frame)
+#define avformat_close_input (*p_avformat_close_input)
+#define avformat_find_stream_info (*p_avformat_find_stream_info)
+#define avformat_open_input (*p_avformat_open_input)
+#define avformat_seek_file (*p_avformat_seek_file)
+#define swr_alloc_set_opts2 (*p_swr_alloc_set_opts2)
+#define swr_convert (*p_swr_convert)
+#define swr_free (*p_swr_free)
+#define swr_init (*p_swr_init)
+
 
 static void put_err(char *err, size_t len, const char *what, int code) {
     if (!err || len == 0) return;
@@ -74,7 +242,7 @@ struct vp_aac_encoder {
 };
 
 vp_aac_encoder *vp_aac_encoder_create(int rate, int channels, int bitrate, char *err, size_t errlen) {
-    quiet_once();
+    if (ffmpeg_ready(err, errlen) != 0) return NULL;
     const AVCodec *codec = avcodec_find_encoder_by_name("aac");
     if (!codec) { put_err(err, errlen, "this FFmpeg has no AAC encoder", 0); return NULL; }
     vp_aac_encoder *e = av_mallocz(sizeof *e);
@@ -164,7 +332,7 @@ struct vp_aac_decoder {
 static const int aac_rates[] = {96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350};
 
 vp_aac_decoder *vp_aac_decoder_create(int rate, int channels, const uint8_t *config, int config_len, char *err, size_t errlen) {
-    quiet_once();
+    if (ffmpeg_ready(err, errlen) != 0) return NULL;
     const AVCodec *codec = avcodec_find_decoder(AV_CODEC_ID_AAC);
     if (!codec) { put_err(err, errlen, "this FFmpeg has no AAC decoder", 0); return NULL; }
     uint8_t asc[2];
@@ -279,7 +447,7 @@ static void note_damage(vp_media_reader *m, int frames) {
 }
 
 vp_media_reader *vp_media_open(const char *path, char *err, size_t errlen) {
-    quiet_once();
+    if (ffmpeg_ready(err, errlen) != 0) return NULL;
     vp_media_reader *m = av_mallocz(sizeof *m);
     if (!m) return NULL;
     int r = avformat_open_input(&m->fmt, path, NULL, NULL);

@@ -121,13 +121,22 @@ static atomic_int shutting_down;
 static atomic_int in_flight;
 static atomic_int exit_handler_registered;
 
-static void finish_decodings(void) {
+/* Stops new work and waits up to max_ms for what runs. whisper.cpp polls the abort flag between graph
+ * nodes, but an encoder pass it is in (the model's first decoding, 30 s of input whatever the audio) can
+ * take seconds to notice on a busy machine. */
+static void wait_for_decodings(int max_ms) {
     atomic_store(&shutting_down, 1);
-    for (int i = 0; i < 300 && atomic_load(&in_flight) > 0; i++) {
+    for (int i = 0; i < max_ms / 10 && atomic_load(&in_flight) > 0; i++) {
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
 }
+
+static void finish_decodings(void) { wait_for_decodings(3000); }
+
+/* Called by the program before it exits: waits as long as it takes, up to 30 s (a second signal still
+ * exits at once, without exit handlers). */
+void vp_whisper_finish(void) { wait_for_decodings(30000); }
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[512];
 
@@ -237,7 +246,10 @@ vp_whisper_model *vp_whisper_model_load(const char *path, char *error, size_t er
     pthread_mutex_lock(&log_lock);
     last_error[0] = 0;
     pthread_mutex_unlock(&log_lock);
-    void *ctx = W.init_no_state(path, *cp);
+    /* Loading counts as work in flight too: exit must not tear ggml down under it. */
+    atomic_fetch_add(&in_flight, 1);
+    void *ctx = atomic_load(&shutting_down) ? NULL : W.init_no_state(path, *cp);
+    atomic_fetch_sub(&in_flight, 1);
     W.free_context_params(cp);
     if (!ctx) take_log(error, error_size, "whisper.cpp could not load the model");
     return (vp_whisper_model *)ctx;
@@ -251,7 +263,12 @@ const char *vp_whisper_model_type(vp_whisper_model *model) { return W.model_type
 int vp_whisper_lang_id(const char *code) { return W.handle ? W.lang_id(code) : -2; }
 const char *vp_whisper_lang_str(int id) { return W.handle && id >= 0 ? W.lang_str(id) : ""; }
 
-vp_whisper_state *vp_whisper_state_new(vp_whisper_model *model) { return (vp_whisper_state *)W.init_state(model); }
+vp_whisper_state *vp_whisper_state_new(vp_whisper_model *model) {
+    atomic_fetch_add(&in_flight, 1);
+    void *state = atomic_load(&shutting_down) ? NULL : W.init_state(model);
+    atomic_fetch_sub(&in_flight, 1);
+    return (vp_whisper_state *)state;
+}
 void vp_whisper_state_free(vp_whisper_state *state) { if (state) W.free_state(state); }
 
 static bool should_abort(void *data) {

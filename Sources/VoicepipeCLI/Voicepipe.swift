@@ -37,7 +37,9 @@ public enum Voicepipe {
             } else {
                 try command.run()
             }
+            WhisperLibrary.finishBeforeExit()
         } catch {
+            WhisperLibrary.finishBeforeExit()
             // Usage errors are exit code 2, as documented (ArgumentParser's own default is 64).
             if RootCommand.exitCode(for: error) == .validationFailure {
                 printError(RootCommand.fullMessage(for: error))

@@ -53,6 +53,12 @@ typedef struct vp_whisper_request {
 } vp_whisper_request;
 
 /* Decodes `n` mono 16 kHz samples in [-1, 1]. 0 on success. */
+/* Before the process exits: aborts the decodings that are running, waits for them (up to 30 s) and lets
+ * no new one start. exit() runs the destructors ggml registered during the first decoding before the handler
+ * this file registers at load, so a process that exits while that first decoding runs must call this
+ * first. Harmless when Whisper was never loaded. */
+void vp_whisper_finish(void);
+
 int vp_whisper_run(vp_whisper_model *model, vp_whisper_state *state, const vp_whisper_request *request,
                    const float *samples, int n, char *error, size_t error_size);
 

@@ -77,7 +77,14 @@ enum WhisperFiles {
 }
 
 /// whisper.cpp's library, loaded once per process.
-enum WhisperLibrary {
+public enum WhisperLibrary {
+    /// Call before the process exits: decodings still running are aborted and waited for (up to 30 s),
+    /// so that exit's handlers do not tear ggml down under them (a run that fails while the model's first
+    /// decoding is under way would otherwise crash on its way out). Harmless when Whisper was never loaded.
+    public static func finishBeforeExit() {
+        vp_whisper_finish()
+    }
+
     private static let loaded = Mutex<String?>(nil)
 
     /// Loads the library (once); throws naming the file and what went wrong.
