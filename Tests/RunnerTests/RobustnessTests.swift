@@ -119,13 +119,17 @@ struct RobustnessTests {
         #expect(r.seconds < limit, "\(nodes) nodes: \(r.seconds) s")
     }
 
-    @Test("SIGINT stops a running chain of 4,000 nodes within 2 s (3 s of slack on a shared machine)")
+    /// An unoptimized build runs 9,998 level meters slower than real time, so frames queue up ahead of the
+    /// chain; the stop drains them for the drain timeout (1.5 s), then cancels, and a cancelled node stops
+    /// between two frames instead of working through the queue (which took 2.6-4.7 s before). (`--stats`,
+    /// a table of 10,000 edges, adds about a second in that build; it is not asked for here.)
+    @Test("SIGINT stops a running chain of 10,000 nodes within 2 s (3 s of slack on a shared machine)")
     func largeChainStops() throws {
         let dir = tempDir()
-        let graph = try Self.chain(4000, realtime: true, in: dir)
-        let p = try Running(voicepipeBinary, ["run", graph, "--quiet", "--stats"])
+        let graph = try Self.chain(10_000, realtime: true, in: dir)
+        let p = try Running(voicepipeBinary, ["run", graph, "--quiet"])
         // Running once its first frames have been through (the start-up is linear too).
-        Thread.sleep(forTimeInterval: 5)
+        Thread.sleep(forTimeInterval: 8)
         let signalled = Date()
         p.signal(SIGINT)
         let r = p.wait(timeout: 60)

@@ -32,6 +32,9 @@ extension FrameProcessor {
     public func run(_ context: NodeContext) async throws {
         let input = context.input()
         while let frame = await input.next() {
+            // Cancelled (the drain after a stop has run out of time): stop here rather than work through
+            // the frames still queued, which in a long chain slower than real time can take many seconds.
+            try Task.checkCancellation()
             try await process(frame, context: context)
         }
         try await finish(context: context)

@@ -32,6 +32,17 @@ extension Pipeline {
             group.addTask { [self] in
                 await self.stopSignal.wait()
                 try? await Task.sleep(for: self.drainTimeout)
+                // Cancelled: every node ended within the drain; nothing to cut short.
+                if Task.isCancelled { return }
+                if !self.stopSignal.aborted {
+                    // What the cancellation leaves unprocessed is said, with its count (the drain timeout is
+                    // the policy that drops it).
+                    let queued = self.edges.values.reduce(0) { $0 + $1.depth }
+                    let ms = Int64(self.drainTimeout.components.seconds * 1000 + self.drainTimeout.components.attoseconds / 1_000_000_000_000_000)
+                    self.logger.warning("stop: the graph did not drain within \(ms) ms; cancelling it with \(queued) frame(s) still queued")
+                    self.shared.bus.publish(Event("drain_timeout", node: "pipeline", ts: self.shared.elapsed,
+                                                  fields: [("timeout_ms", .int(ms)), ("queued_frames", .int(Int64(queued)))]))
+                }
                 self.stopSignal.abort()
             }
             var remaining = tasks.count
