@@ -12,8 +12,10 @@
 # A sanitizer report, a wrong result or a non-zero exit fails the run. Logs: .build-libfuzzer/asan-runs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scratch=.build-libfuzzer
-flags=(-Xswiftc -sanitize=fuzzer,address -Xswiftc -DVOICEPIPE_LIBFUZZER -Xswiftc -use-ld=lld)
+# shellcheck source=bench/sanitizer-flags.sh
+source bench/sanitizer-flags.sh
+scratch=$sanitizer_scratch
+flags=("${sanitizer_flags[@]}")
 echo "bench/asan-runs: building voicepipe with AddressSanitizer ($scratch)"
 swift build --scratch-path "$scratch" --product voicepipe "${flags[@]}" 2>&1 | grep -E "error|complete!" || true
 bin="$(swift build --scratch-path "$scratch" --show-bin-path "${flags[@]}")/voicepipe"
@@ -24,7 +26,7 @@ logs="$scratch/asan-runs"
 rm -rf "$logs"; mkdir -p "$logs"
 # Leaks are not checked here: libraries keep process-lifetime allocations, and Swift's packed pointers
 # hide references from LeakSanitizer (bench/lsan.supp). halt_on_error: the first report ends the process.
-export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:allocator_may_return_null=1:suppressions=$PWD/bench/asan.supp"
 # Swift's crash handler reads the crashed stack, which AddressSanitizer would report instead of the crash.
 export SWIFT_BACKTRACE=enable=no
 failures=0

@@ -7,8 +7,10 @@
 #   3. voicepipe itself under AddressSanitizer on the paths that drive C libraries with real media
 #      (PocketSphinx, FFmpeg, Opus, AAC, both echo cancellers, RTP, serve with concurrent sessions),
 #      bench/asan-runs.sh, sharing step 2's build.
-# A sanitizer report fails the run. (Swift has no UndefinedBehaviorSanitizer of its own: it traps on
-# overflow and out-of-bounds access in every build, which the fuzzers count as crashes.)
+# Steps 2 and 3 build the C and C++ code (the shims, libyaml, BoringSSL, llhttp) with AddressSanitizer and
+# UndefinedBehaviorSanitizer too (bench/sanitizer-flags.sh); Swift has no UBSan of its own: it traps on
+# overflow and out-of-bounds access in every build, which the fuzzers count as crashes.
+# A sanitizer report fails the run.
 #   scripts/sanitize.sh [--tsan-only | --fuzz-only] [--seconds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
