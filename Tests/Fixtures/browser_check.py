@@ -68,6 +68,18 @@ def console_result(d):
     return read_console(d)
 
 
+def click_first(d, selector):
+    """Clicks the first element matching selector; the session list is redrawn as updates arrive, so an
+    element found a moment ago may be gone: it is looked up again."""
+    for _ in range(20):
+        try:
+            d.find_elements(By.CSS_SELECTOR, selector)[0].click()
+            return
+        except (StaleElementReferenceException, IndexError):
+            time.sleep(0.05)
+    d.find_elements(By.CSS_SELECTOR, selector)[0].click()
+
+
 def read_console(d):
     return {"sessions": texts(d, "#sessions a"), "title": d.find_element(By.ID, "title").text,
             "nodes": [e.get_attribute("data-node") for e in d.find_elements(By.CSS_SELECTOR, "g.node")],
@@ -101,7 +113,7 @@ def talk(base, route, wav, shots, token=None):
         d.get(base + "/console" + ("?token=" + token if token else ""))
         link = wait(lambda: d.find_elements(By.CSS_SELECTOR, "#sessions a"), 15)
         if link:
-            link[0].click()
+            click_first(d, "#sessions a")
             wait(lambda: any(n > 0 for n in edge_counts(d)) and len(d.find_elements(By.CSS_SELECTOR, "#events li")) > 0, 20)
             time.sleep(1.5)  # a few updates, so frames/s is shown
         out["console"] = console_result(d)
