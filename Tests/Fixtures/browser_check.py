@@ -136,9 +136,12 @@ def console(url, shots, name):
         wait(lambda: any(n > 0 for n in edge_counts(d)), 30)
         loudest = [0.0]
         def heard():  # the level shown on audio edges, over a few updates (silence between sentences shows 0)
-            loudest[0] = max([loudest[0]] + peaks(d))
+            try:
+                loudest[0] = max([loudest[0]] + peaks(d))
+            except StaleElementReferenceException:  # a label redrawn between lookup and read
+                pass
             return loudest[0] > 0.01
-        wait(heard, 5, step=0.1)
+        wait(heard, 15, step=0.1)
         time.sleep(1)
         out = console_result(d)
         out["edge_peak"] = [loudest[0]]
