@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// A bounded queue from a capture device thread to the node's task.
 ///
@@ -22,119 +21,58 @@ final class AudioCaptureHandoff: Sendable {
     }
 
     /// A queued item: audio, or news about the device in its place in the stream.
-    private enum Entry {
+    private enum Entry: Sendable {
         case chunk(CaptureChunk)
         case note(Delivery)
-        var frames: Int { if case .chunk(let c) = self { c.samples.count } else { 0 } }
     }
 
-    private struct State {
-        var chunks: [Entry] = []
-        var head = 0
-        var droppedFrames = 0
-        var end: Delivery?
-        var waiter: CheckedContinuation<Delivery?, Never>?
-        var stopped = false
-    }
-    private let state = Mutex(State())
-    private let capacity: Int
-    private let channels: Int
+    /// A ``Handoff`` that drops the oldest audio (never device news) and tallies the frames it dropped.
+    private let queue: Handoff<Entry>
+    /// Frames dropped before a note, owed to the next chunk (one consumer).
+    private let owed = LockedValue(0)
 
     /// A queue of at most `capacity` chunks of `channels`-channel audio.
     init(capacity: Int, channels: Int) {
-        self.capacity = max(capacity, 2)
-        self.channels = max(channels, 1)
+        let channels = max(channels, 1)
+        queue = Handoff(capacity: max(capacity, 2), overflow: .dropOldest,
+                        droppable: { if case .chunk = $0 { true } else { false } },
+                        tally: { if case .chunk(let c) = $0 { c.samples.count / channels } else { 0 } })
     }
 
     /// True once the consumer stopped; the device thread then closes the device.
-    var isStopped: Bool { state.withLock { $0.stopped } }
+    var isStopped: Bool { queue.isConsumerFinished }
 
     /// Device thread: adds a chunk, dropping the oldest when full. Never blocks.
     func push(_ chunk: CaptureChunk) {
-        let delivered: (CheckedContinuation<Delivery?, Never>, Delivery)? = state.withLock { s in
-            if s.stopped { return nil }
-            if let w = s.waiter {
-                s.waiter = nil
-                let d = Delivery.chunk(chunk, droppedFrames: s.droppedFrames)
-                s.droppedFrames = 0
-                return (w, d)
-            }
-            if s.chunks.count - s.head >= capacity {
-                // Drop the oldest audio; device news is never dropped.
-                if let i = s.chunks[s.head...].firstIndex(where: { $0.frames > 0 }) {
-                    s.droppedFrames += s.chunks[i].frames / channels
-                    if i == s.head { s.head += 1 } else { s.chunks.remove(at: i) }
-                }
-            }
-            s.chunks.append(.chunk(chunk))
-            if s.head > 64 && s.head * 2 > s.chunks.count { s.chunks.removeFirst(s.head); s.head = 0 }
-            return nil
-        }
-        if let (w, d) = delivered { w.resume(returning: d) }
+        queue.trySend(.chunk(chunk))
     }
 
     /// Device thread: news about the device, delivered in order with the audio.
     func notify(_ news: Delivery) {
-        let w = state.withLock { s -> CheckedContinuation<Delivery?, Never>? in
-            if s.stopped { return nil }
-            if let w = s.waiter {
-                s.waiter = nil
-                return w
-            }
-            s.chunks.append(.note(news))
-            return nil
-        }
-        w?.resume(returning: news)
+        queue.trySend(.note(news))
     }
 
     /// Device thread: no more chunks will come.
     func finish(_ end: Delivery) {
-        let w = state.withLock { s -> CheckedContinuation<Delivery?, Never>? in
-            s.end = end
-            let w = s.waiter; s.waiter = nil
-            return w
-        }
-        w?.resume(returning: end)
+        queue.trySend(.note(end))
+        queue.producerFinished()
     }
 
     /// Consumer: the next delivery, or `nil` once stopped or cancelled.
     func next() async -> Delivery? {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (c: CheckedContinuation<Delivery?, Never>) in
-                let now: Delivery?? = state.withLock { s in
-                    if s.stopped || Task.isCancelled { return .some(nil) }
-                    if s.head < s.chunks.count {
-                        let entry = s.chunks[s.head]
-                        s.head += 1
-                        switch entry {
-                        case .chunk(let c):
-                            let d = Delivery.chunk(c, droppedFrames: s.droppedFrames)
-                            s.droppedFrames = 0
-                            return .some(d)
-                        case .note(let d):
-                            return .some(d)
-                        }
-                    }
-                    if let end = s.end { return .some(end) }
-                    s.waiter = c
-                    return nil
-                }
-                if let now { c.resume(returning: now) }
-            }
-        } onCancel: {
-            stop()
+        guard let taken = await queue.receive() else { return nil }
+        switch taken.element {
+        case .chunk(let c):
+            let dropped = owed.withLock { o in defer { o = 0 }; return o } + taken.droppedBefore
+            return .chunk(c, droppedFrames: dropped)
+        case .note(let d):
+            if taken.droppedBefore > 0 { owed.withLock { $0 += taken.droppedBefore } }
+            return d
         }
     }
 
     /// Consumer: stop; the device thread ends after its current read.
     func stop() {
-        let w = state.withLock { s -> CheckedContinuation<Delivery?, Never>? in
-            s.stopped = true
-            s.chunks = []
-            s.head = 0
-            let w = s.waiter; s.waiter = nil
-            return w
-        }
-        w?.resume(returning: nil)
+        queue.consumerFinished()
     }
 }

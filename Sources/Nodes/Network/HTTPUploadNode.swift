@@ -83,7 +83,7 @@ public actor HTTPUploadNode: Node {
 
         func markFailed() {
             failedFlag.store(true, ordering: .releasing)
-            stream.finish()
+            stream.abort()
         }
 
         /// Queues bytes for the request body, waiting while it holds its capacity.

@@ -18,7 +18,8 @@ public struct EdgeStats: Sendable, Hashable {
     public var age: AgeSummary? = nil
 }
 
-/// A bounded, multi-producer single-consumer queue of frames: the only kind of edge there is.
+/// A bounded, multi-producer single-consumer queue of frames: the only kind of edge there is, a
+/// ``Handoff`` of frames (whose state machine holds the rules) that measures what its consumer takes.
 ///
 /// - `block`: a producer that finds the queue full is suspended until the consumer takes a frame
 ///   (lossless back-pressure). A producer cancelled while suspended still delivers its frame.
@@ -27,61 +28,16 @@ public struct EdgeStats: Sendable, Hashable {
 /// The edge ends when every producer has called ``producerFinished()`` and the queue is empty.
 /// If the consumer finishes first, later frames are counted as dropped and producers never block.
 public final class BoundedEdge: Sendable {
-    private struct Waiter {
-        var id: UInt64
-        var frame: Frame
-        var continuation: CheckedContinuation<Void, Never>
-    }
-
-    private struct State {
-        var buffer: [Frame?]
-        var head = 0
-        var count = 0
-        var producers: Int
-        var consumerGone = false
-        var consumer: CheckedContinuation<Frame?, Never>?
-        var blocked: [Waiter] = []
-        var nextWaiterID: UInt64 = 0
-        var sent: UInt64 = 0
-        var dropped: UInt64 = 0
-        var maxDepth = 0
-        var age = AgeHistogram()
-
-        mutating func push(_ frame: Frame) {
-            buffer[(head + count) % buffer.count] = frame
-            count += 1
-            if count > maxDepth { maxDepth = count }
-        }
-
-        mutating func pop() -> Frame {
-            let f = buffer[head]!
-            buffer[head] = nil
-            head = (head + 1) % buffer.count
-            count -= 1
-            return f
-        }
-
-        /// Grows the ring by one slot at the tail end (used only for cancelled blocked producers).
-        mutating func pushOverCapacity(_ frame: Frame) {
-            if count == buffer.count {
-                var grown: [Frame?] = []
-                grown.reserveCapacity(buffer.count + 1)
-                for i in 0..<count { grown.append(buffer[(head + i) % buffer.count]) }
-                grown.append(nil)
-                buffer = grown
-                head = 0
-            }
-            push(frame)
-        }
-    }
-
     /// Capacity in frames (at least 1).
     public let capacity: Int
     /// Overflow policy.
     public let overflow: OverflowPolicy
     /// `from -> to`, for statistics and messages.
     public let label: String
-    private let state: LockedValue<State>
+    private let queue: Handoff<Frame>
+    private let age = LockedValue(AgeHistogram())
+    /// The age of the frame taken last, measured at the take (one consumer: read after its `receive`).
+    private let lastAge = LockedValue<Duration?>(nil)
     let clock: MediaClock?
     /// The audio level of frames taken, measured only while a live view watches.
     let level = EdgeLevel()
@@ -98,208 +54,72 @@ public final class BoundedEdge: Sendable {
         self.capacity = capacity
         self.overflow = overflow
         self.label = label
-        self.state = LockedValue(State(buffer: Array(repeating: nil, count: capacity), producers: producers))
+        let policy: HandoffOverflow = switch overflow {
+        case .block: .suspend
+        case .dropOldest: .dropOldest
+        case .dropNewest: .dropNewest
+        }
+        let level = self.level, age = self.age, lastAge = self.lastAge
+        queue = Handoff(capacity: capacity, overflow: policy, producers: producers, onTake: { frame in
+            level.note(frame)
+            if let clock, let created = frame.created {
+                let frameAge = clock.now() - created
+                age.withLock { $0.record(nanos: frameAge.nanoseconds) }
+                lastAge.withLock { $0 = frameAge }
+            }
+        })
     }
 
     /// Current statistics.
     public var stats: EdgeStats {
-        state.withLock { s in
-            EdgeStats(label: label, sent: s.sent, dropped: s.dropped, maxDepth: s.maxDepth, capacity: capacity, overflow: overflow,
-                      age: s.age.summary)
-        }
+        let c = queue.counters
+        return EdgeStats(label: label, sent: c.sent, dropped: c.dropped, maxDepth: c.maxDepth, capacity: capacity, overflow: overflow,
+                         age: clock == nil ? nil : age.withLock { $0.summary })
     }
 
     /// The ages measured so far.
-    var ageHistogram: AgeHistogram { state.withLock { $0.age } }
+    var ageHistogram: AgeHistogram { age.withLock { $0 } }
 
     /// Frames currently queued.
-    public var depth: Int { state.withLock { $0.count } }
+    public var depth: Int { queue.depth }
 
     /// Offers a frame without ever waiting. Returns `false` only under `block` when the queue is full
     /// (the frame was not taken); drop policies always return `true` (counting any drop).
     public func trySend(_ frame: Frame) -> Bool {
-        var wake: CheckedContinuation<Frame?, Never>?
-        var handoff: Frame?
-        let accepted: Bool = state.withLock { s in
-            if s.consumerGone { s.dropped += 1; return true }
-            if let c = s.consumer, s.count == 0 {
-                s.consumer = nil
-                s.sent += 1
-                if s.maxDepth == 0 { s.maxDepth = 1 }
-                measure(frame, &s)
-                wake = c
-                handoff = frame
-                return true
-            }
-            if s.count < capacity {
-                s.push(frame); s.sent += 1
-                return true
-            }
-            switch overflow {
-            case .block:
-                return false
-            case .dropOldest:
-                _ = s.pop(); s.dropped += 1
-                s.push(frame); s.sent += 1
-                return true
-            case .dropNewest:
-                s.dropped += 1
-                return true
-            }
-        }
-        if let wake { wake.resume(returning: handoff) }
-        return accepted
+        queue.trySend(frame) != .mustWait
     }
 
     /// Sends a frame, suspending under `block` while the queue is full.
     public func send(_ frame: Frame) async {
-        if trySend(frame) { return }
-        let id = state.withLock { s -> UInt64 in s.nextWaiterID += 1; return s.nextWaiterID }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (cont: CheckedContinuation<Void, Never>) in
-                var resumeNow = false
-                var wake: CheckedContinuation<Frame?, Never>?
-                var handoff: Frame?
-                state.withLock { s in
-                    if s.consumerGone {
-                        s.dropped += 1; resumeNow = true
-                    } else if s.count < capacity || Task.isCancelled {
-                        // Room appeared (or we are being cancelled): deliver without waiting.
-                        if let c = s.consumer, s.count == 0 {
-                            s.consumer = nil; s.sent += 1; measure(frame, &s); wake = c; handoff = frame
-                        } else {
-                            s.pushOverCapacity(frame); s.sent += 1
-                        }
-                        resumeNow = true
-                    } else {
-                        s.blocked.append(Waiter(id: id, frame: frame, continuation: cont))
-                    }
-                }
-                if let wake { wake.resume(returning: handoff) }
-                if resumeNow { cont.resume() }
-            }
-        } onCancel: {
-            // A cancelled producer must not stay suspended, and must not lose its frame.
-            let waiter: Waiter? = state.withLock { s in
-                guard let i = s.blocked.firstIndex(where: { $0.id == id }) else { return nil }
-                let w = s.blocked.remove(at: i)
-                s.pushOverCapacity(w.frame); s.sent += 1
-                return w
-            }
-            waiter?.continuation.resume()
-        }
+        await queue.send(frame)
     }
 
     /// Takes the next frame, suspending while the queue is empty; `nil` at end of stream.
     public func receive() async -> Frame? {
-        if let ready = tryReceive() { return ready.frame }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (cont: CheckedContinuation<Frame?, Never>) in
-                var result: Frame??
-                var release: CheckedContinuation<Void, Never>?
-                state.withLock { s in
-                    if s.count > 0 {
-                        let f = s.pop()
-                        measure(f, &s)
-                        result = .some(f)
-                        if !s.blocked.isEmpty {
-                            let w = s.blocked.removeFirst()
-                            s.push(w.frame); s.sent += 1
-                            release = w.continuation
-                        }
-                    } else if s.producers <= 0 || Task.isCancelled {
-                        result = .some(nil)
-                    } else {
-                        s.consumer = cont
-                    }
-                }
-                release?.resume()
-                if let result { cont.resume(returning: result) }
-            }
-        } onCancel: {
-            let c: CheckedContinuation<Frame?, Never>? = state.withLock { s in
-                let c = s.consumer; s.consumer = nil; return c
-            }
-            c?.resume(returning: nil)
-        }
+        await queue.receive()?.element
     }
 
-    /// Records the age of a frame the consumer takes.
-    @inline(__always)
-    private func measure(_ frame: Frame, _ s: inout State) {
-        level.note(frame)
-        if let clock, let created = frame.created { s.age.record(nanos: (clock.now() - created).nanoseconds) }
-    }
-
-    /// Takes a frame if one is queued. `.some(nil)` means end of stream; `nil` means "nothing yet".
-    private func tryReceive() -> (frame: Frame?, Void)? {
-        var release: CheckedContinuation<Void, Never>?
-        let out: (frame: Frame?, Void)? = state.withLock { s in
-            if s.count > 0 {
-                let f = s.pop()
-                measure(f, &s)
-                if !s.blocked.isEmpty {
-                    let w = s.blocked.removeFirst()
-                    s.push(w.frame); s.sent += 1
-                    release = w.continuation
-                }
-                return (f, ())
-            }
-            if s.producers <= 0 { return (nil, ()) }
-            return nil
-        }
-        release?.resume()
-        return out
+    /// The next frame with its age when it was taken (as the edge's statistics count it), `nil` at end of stream.
+    func receiveMeasured() async -> (frame: Frame, age: Duration?)? {
+        guard let frame = await queue.receive()?.element else { return nil }
+        guard clock != nil, frame.created != nil else { return (frame, nil) }
+        return (frame, lastAge.withLock { $0 })
     }
 
     /// Discards the frames waiting in the queue that `matching` selects (all by default), as an
     /// interruption does; they are counted as dropped. Returns how many were discarded.
     @discardableResult
     public func flush(where matching: (Frame) -> Bool = { _ in true }) -> Int {
-        var release: [CheckedContinuation<Void, Never>] = []
-        let n: Int = state.withLock { s in
-            var kept: [Frame] = []
-            var removed = 0
-            while s.count > 0 {
-                let f = s.pop()
-                if matching(f) { removed += 1 } else { kept.append(f) }
-            }
-            for f in kept { s.push(f) }
-            // Producers waiting for room take it now.
-            while s.count < capacity, !s.blocked.isEmpty {
-                let w = s.blocked.removeFirst()
-                if matching(w.frame) { removed += 1 } else { s.push(w.frame) }
-                s.sent += 1
-                release.append(w.continuation)
-            }
-            s.dropped += UInt64(removed)
-            return removed
-        }
-        for c in release { c.resume() }
-        return n
+        queue.flush(where: matching)
     }
 
     /// One producer is done. When all are, the consumer sees end of stream after the queue drains.
     public func producerFinished() {
-        let c: CheckedContinuation<Frame?, Never>? = state.withLock { s in
-            s.producers -= 1
-            if s.producers <= 0, s.count == 0 {
-                let c = s.consumer; s.consumer = nil; return c
-            }
-            return nil
-        }
-        c?.resume(returning: nil)
+        queue.producerFinished()
     }
 
     /// The consumer is done: queued frames are discarded (counted as dropped) and producers never block again.
     public func consumerFinished() {
-        let waiters: [Waiter] = state.withLock { s in
-            s.consumerGone = true
-            s.dropped += UInt64(s.count) + UInt64(s.blocked.count)
-            while s.count > 0 { _ = s.pop() }
-            let w = s.blocked; s.blocked = []
-            return w
-        }
-        for w in waiters { w.continuation.resume() }
+        queue.consumerFinished()
     }
 }

@@ -98,7 +98,10 @@ final class LatenessWatch: Sendable {
 
     func check(_ frame: Frame) async {
         guard let c = frame.created else { return }
-        let age = clock.now() - c
+        await check(age: clock.now() - c)
+    }
+
+    func check(age: Duration) async {
         if age > budget { await report(age) }
     }
 }

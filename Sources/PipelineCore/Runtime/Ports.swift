@@ -27,9 +27,16 @@ public final class InputPort: AsyncSequence, Sendable {
 
     /// The next frame, or `nil` at end of stream.
     public func next() async -> Frame? {
-        guard let edge, let frame = await edge.receive() else { return nil }
+        guard let edge else { return nil }
+        guard let lateness else {
+            guard let frame = await edge.receive() else { return nil }
+            carrier?.take(frame)
+            return frame
+        }
+        guard let (frame, age) = await edge.receiveMeasured() else { return nil }
         carrier?.take(frame)
-        if let lateness { await lateness.check(frame) }
+        // The age at the take, as the edge's statistics count it (not after the task resumed).
+        if let age { await lateness.check(age: age) } else { await lateness.check(frame) }
         return frame
     }
 

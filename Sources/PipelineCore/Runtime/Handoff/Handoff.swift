@@ -1,0 +1,234 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A bounded, multi-producer single-consumer queue between tasks and threads: the one hand-off the runtime
+/// and the nodes build on (edges, capture and playback queues, upload bodies, wake-ups).
+///
+/// The rules live in ``HandoffStateMachine``; this class only holds it behind a lock and resumes the
+/// continuations the machine hands back, always after releasing the lock. Tasks `send` and `receive`
+/// with `async` functions (cancellation-safe: a cancelled sender keeps its element, a cancelled receiver
+/// gets `nil`); threads that cannot await use ``trySend(_:)`` (never waits) or ``sendBlocking(_:)``.
+public final class Handoff<Element: Sendable>: Sendable {
+    enum SenderWaker: Sendable {
+        case task(CheckedContinuation<Void, Never>)
+        case thread(ThreadParker)
+
+        func resume() {
+            switch self {
+            case .task(let c): c.resume()
+            case .thread(let p): p.unpark()
+            }
+        }
+    }
+
+    typealias Machine = HandoffStateMachine<Element, SenderWaker, CheckedContinuation<HandoffTaken<Element>?, Never>>
+
+    private let state: LockedValue<Machine>
+    private let weigh: (@Sendable (Element) -> Int)?
+    private let droppable: (@Sendable (Element) -> Bool)?
+    private let onTake: (@Sendable (Element) -> Void)?
+    private let tally: (@Sendable (Element) -> Int)?
+
+    /// A hand-off of `capacity` (elements, or weight units when `weight` is given) with `producers`
+    /// producers. `droppable` marks what a `.dropOldest` overflow may drop (everything by default); `tally`
+    /// is what a dropped element adds to the next ``HandoffTaken/droppedBefore`` (its weight by default).
+    /// `onTake` sees every element the consumer takes, at the moment it is taken (by the sender that hands
+    /// it to a waiting receiver, or by the receiver that finds it queued), before the receiver resumes.
+    public init(capacity: Int, overflow: HandoffOverflow, producers: Int = 1,
+                weight: (@Sendable (Element) -> Int)? = nil, droppable: (@Sendable (Element) -> Bool)? = nil,
+                tally: (@Sendable (Element) -> Int)? = nil, onTake: (@Sendable (Element) -> Void)? = nil) {
+        state = LockedValue(Machine(capacity: capacity, overflow: overflow, producers: producers))
+        weigh = weight
+        self.droppable = droppable
+        self.onTake = onTake
+        self.tally = tally
+    }
+
+    /// Counters, read at any time.
+    public struct Counters: Sendable, Hashable {
+        public var sent: UInt64
+        public var dropped: UInt64
+        public var maxDepth: Int
+        public var depth: Int
+        public var weight: Int
+    }
+
+    public var counters: Counters {
+        state.withLock { Counters(sent: $0.sent, dropped: $0.dropped, maxDepth: $0.maxDepth, depth: $0.depth, weight: $0.weight) }
+    }
+    /// Elements queued now.
+    public var depth: Int { state.withLock { $0.depth } }
+    /// Weight queued now.
+    public var weight: Int { state.withLock { $0.weight } }
+    /// True once the consumer has finished.
+    public var isConsumerFinished: Bool { state.withLock { $0.consumerFinished } }
+
+    @inline(__always)
+    private func run(_ effects: Machine.Effects) {
+        if let (r, value) = effects.receiver {
+            if let value, let onTake { onTake(value.element) }
+            r.resume(returning: value)
+        }
+        for s in effects.senders { s.resume() }
+    }
+
+    // MARK: Producers
+
+    /// Offers `element` without ever waiting. `.mustWait` only under `.suspend` with the queue full: the
+    /// element was not taken.
+    @discardableResult
+    public func trySend(_ element: Element) -> HandoffSendOutcome {
+        let w = weigh?(element) ?? 1, d = droppable?(element) ?? true, t = tally?(element)
+        let (outcome, effects) = state.withLock { $0.send(element, weight: w, droppable: d, tally: t) }
+        run(effects)
+        return outcome
+    }
+
+    /// Sends `element`, waiting for room under `.suspend`. A sender cancelled while waiting still delivers
+    /// its element (queued over capacity). Returns `false` if it was dropped (policy, or consumer gone).
+    @discardableResult
+    public func send(_ element: Element) async -> Bool {
+        let w = weigh?(element) ?? 1, d = droppable?(element) ?? true, t = tally?(element)
+        let (outcome, effects, id) = state.withLock { m -> (HandoffSendOutcome, Machine.Effects, Machine.ID) in
+            let (o, e) = m.send(element, weight: w, droppable: d, tally: t)
+            return (o, e, o == .mustWait ? m.makeID() : 0)
+        }
+        run(effects)
+        if outcome != .mustWait { return outcome == .accepted }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let (now, effects) = state.withLock {
+                    $0.parkSender(id, .task(c), element: element, weight: w, droppable: d, tally: t, cancelled: Task.isCancelled)
+                }
+                run(effects)
+                if now { c.resume() }
+            }
+            return true
+        } onCancel: {
+            run(state.withLock { $0.cancelSender(id) })
+        }
+    }
+
+    /// Sends from a thread that cannot await, blocking it while the queue is full under `.suspend`.
+    @discardableResult
+    public func sendBlocking(_ element: Element) -> Bool {
+        let w = weigh?(element) ?? 1, d = droppable?(element) ?? true, t = tally?(element)
+        let (outcome, effects, id) = state.withLock { m -> (HandoffSendOutcome, Machine.Effects, Machine.ID) in
+            let (o, e) = m.send(element, weight: w, droppable: d, tally: t)
+            return (o, e, o == .mustWait ? m.makeID() : 0)
+        }
+        run(effects)
+        if outcome != .mustWait { return outcome == .accepted }
+        let parker = ThreadParker()
+        let (now, parkEffects) = state.withLock {
+            $0.parkSender(id, .thread(parker), element: element, weight: w, droppable: d, tally: t, cancelled: false)
+        }
+        run(parkEffects)
+        if !now { parker.park() }
+        return true
+    }
+
+    /// One producer is done; after the last, the consumer sees the end once the queue is empty.
+    public func producerFinished() {
+        run(state.withLock { $0.producerFinished() })
+    }
+
+    // MARK: Consumer
+
+    /// The next element, waiting while none is queued; `nil` at the end of the stream, once the consumer
+    /// finished, or when the waiting task is cancelled.
+    public func receive() async -> HandoffTaken<Element>? {
+        let (outcome, effects, id) = state.withLock { m -> (Machine.ReceiveOutcome, Machine.Effects, Machine.ID) in
+            let (o, e) = m.receive()
+            if case .mustWait = o { return (o, e, m.makeID()) }
+            return (o, e, 0)
+        }
+        run(effects)
+        switch outcome {
+        case .element(let taken): onTake?(taken.element); return taken
+        case .finished: return nil
+        case .mustWait: break
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<HandoffTaken<Element>?, Never>) in
+                let (now, effects) = state.withLock { $0.parkReceiver(id, c, cancelled: Task.isCancelled) }
+                run(effects)
+                if let now {
+                    if let taken = now, let onTake { onTake(taken.element) }
+                    c.resume(returning: now)
+                }
+            }
+        } onCancel: {
+            run(state.withLock { $0.cancelReceiver(id) })
+        }
+    }
+
+    /// Takes an element if one is queued: `.some(nil)` at the end of the stream, `nil` for "nothing yet".
+    public func tryReceive() -> HandoffTaken<Element>?? {
+        let (outcome, effects) = state.withLock { $0.receive() }
+        run(effects)
+        switch outcome {
+        case .element(let taken): onTake?(taken.element); return .some(taken)
+        case .finished: return .some(nil)
+        case .mustWait: return nil
+        }
+    }
+
+    /// The consumer is done: what is queued or waiting is dropped (counted); senders never wait again.
+    public func consumerFinished() {
+        run(state.withLock { $0.finishConsumer() })
+    }
+
+    /// Discards the queued elements `matching` selects (all by default), counted as dropped.
+    @discardableResult
+    public func flush(where matching: (Element) -> Bool = { _ in true }) -> Int {
+        var n = 0
+        var effects = Machine.Effects()
+        state.withLock { m in
+            let remove = m.flushCandidates.map { matching($0) }
+            (n, effects) = m.flush(removing: remove)
+        }
+        run(effects)
+        return n
+    }
+}
+
+/// Blocks one thread until another releases it (a sender of ``Handoff/sendBlocking(_:)``).
+final class ThreadParker: @unchecked Sendable {
+    // Allocated, not stored inline: a pthread object must not move, and `&property` may pass a temporary.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var released = false
+
+    init() {
+        mutex.initialize(to: pthread_mutex_t())
+        condition.initialize(to: pthread_cond_t())
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    func park() {
+        pthread_mutex_lock(mutex)
+        while !released { pthread_cond_wait(condition, mutex) }
+        pthread_mutex_unlock(mutex)
+    }
+
+    func unpark() {
+        pthread_mutex_lock(mutex)
+        released = true
+        pthread_cond_signal(condition)
+        pthread_mutex_unlock(mutex)
+    }
+}
