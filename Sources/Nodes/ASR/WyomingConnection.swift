@@ -1,7 +1,7 @@
 import Foundation
 import NIOCore
+import PipelineCore
 import NIOPosix
-import Synchronization
 
 /// Where a Wyoming server listens: `tcp://host:port` (IPv6 as `tcp://[::1]:10300`) or `unix://PATH`.
 public enum WyomingAddress: Sendable, Hashable, CustomStringConvertible {
@@ -58,56 +58,31 @@ enum WyomingIncoming: Sendable {
 }
 
 /// Events received on one connection, taken without waiting (``poll()``) or with a deadline.
+///
+/// A ``Handoff`` without a bound (the socket's reads are the bound: NIO reads as the node takes).
 final class WyomingInbox: Sendable {
-    private struct State {
-        var items: [WyomingIncoming] = []
-        var waiter: CheckedContinuation<WyomingIncoming?, Never>?
-    }
-    private let state = Mutex(State())
+    private let queue = Handoff<WyomingIncoming>(capacity: Int.max, overflow: .suspend)
 
     func push(_ item: WyomingIncoming) {
-        let waiter = state.withLock { s -> CheckedContinuation<WyomingIncoming?, Never>? in
-            if let w = s.waiter { s.waiter = nil; return w }
-            s.items.append(item)
-            return nil
-        }
-        waiter?.resume(returning: item)
+        queue.trySend(item)
     }
 
     /// The oldest item, if one is there.
     func poll() -> WyomingIncoming? {
-        state.withLock { s in s.items.isEmpty ? nil : s.items.removeFirst() }
+        queue.tryReceive()??.element
     }
 
     /// The next item, waiting at most `timeout`; nil when none came in time or the task was cancelled.
     func next(within timeout: Duration) async -> WyomingIncoming? {
         if let item = poll() { return item }
         return await withTaskGroup(of: WyomingIncoming?.self) { group in
-            group.addTask { await self.wait() }
+            group.addTask { await self.queue.receive()?.element }
             group.addTask { try? await Task.sleep(for: timeout); return nil }
-            let first = await group.next() ?? nil
+            var first = await group.next() ?? nil
             group.cancelAll()
+            // An item handed over just as the deadline passed is still returned, never lost.
+            while first == nil, let rest = await group.next() { first = rest }
             return first
-        }
-    }
-
-    private func wait() async -> WyomingIncoming? {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (c: CheckedContinuation<WyomingIncoming?, Never>) in
-                let ready: WyomingIncoming?? = state.withLock { s in
-                    if !s.items.isEmpty { return .some(s.items.removeFirst()) }
-                    if Task.isCancelled { return .some(nil) }
-                    s.waiter = c
-                    return nil
-                }
-                if let ready { c.resume(returning: ready) }
-            }
-        } onCancel: {
-            let w = state.withLock { s -> CheckedContinuation<WyomingIncoming?, Never>? in
-                defer { s.waiter = nil }
-                return s.waiter
-            }
-            w?.resume(returning: nil)
         }
     }
 }

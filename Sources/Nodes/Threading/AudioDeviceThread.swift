@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// Starts a dedicated thread for device I/O (blocking ALSA/PulseAudio calls never run on the
 /// cooperative pool), at real-time priority where the system allows it.
@@ -20,55 +19,39 @@ enum AudioDeviceThread {
 /// drained), with a deadline: a device that does not answer in time is reported as an error
 /// instead of a hang.
 final class DeviceOneShot<Value: Sendable>: Sendable {
-    private struct State {
-        var result: Result<Value, any Error>?
-        var waiter: CheckedContinuation<Value, any Error>?
-        var abandoned = false
-    }
-    private let state = Mutex(State())
+    private enum Outcome: Sendable { case result(Result<Value, any Error>), timedOut, cancelled }
+    /// A ``Handoff`` of one result; the node's giving up is the consumer finishing.
+    private let slot = Handoff<Result<Value, any Error>>(capacity: 1, overflow: .dropNewest)
 
     /// Called by the device thread. Returns false when the node already gave up (then the
     /// device thread must close the device and return).
     @discardableResult
     func resolve(_ result: Result<Value, any Error>) -> Bool {
-        let (waiter, abandoned) = state.withLock { s -> (CheckedContinuation<Value, any Error>?, Bool) in
-            if s.abandoned { return (nil, true) }
-            s.result = result
-            let w = s.waiter; s.waiter = nil
-            return (w, false)
-        }
-        waiter?.resume(with: result)
-        return !abandoned
+        slot.trySend(result) == .accepted
     }
 
     /// Waits for the device thread's result, at most `timeout`; `onTimeout` makes the error.
     func wait(timeout: Duration, onTimeout: @escaping @Sendable () -> any Error) async throws -> Value {
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Value, any Error>) in
-                let ready = state.withLock { s -> Result<Value, any Error>? in
-                    if let r = s.result { return r }
-                    if s.abandoned { return .failure(CancellationError()) }
-                    s.waiter = c
-                    return nil
-                }
-                if let ready { c.resume(with: ready); return }
-                let ms = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(ms)) { [self] in
-                    self.abandon(with: onTimeout())
-                }
+        let outcome: Outcome = await withTaskGroup(of: Outcome.self) { group in
+            group.addTask { await self.slot.receive().map { .result($0.element) } ?? .cancelled }
+            group.addTask {
+                do { try await Task.sleep(for: timeout); return .timedOut } catch { return .cancelled }
             }
-        } onCancel: {
-            abandon(with: CancellationError())
+            var first = await group.next() ?? .cancelled
+            group.cancelAll()
+            // A result that arrived as the deadline passed wins over the deadline.
+            while let rest = await group.next() { if case .result = rest { first = rest } }
+            return first
         }
-    }
-
-    private func abandon(with error: any Error) {
-        let w = state.withLock { s -> CheckedContinuation<Value, any Error>? in
-            guard s.result == nil, !s.abandoned else { return nil }
-            s.abandoned = true
-            let w = s.waiter; s.waiter = nil
-            return w
+        switch outcome {
+        case .result(let r):
+            return try r.get()
+        case .timedOut, .cancelled:
+            // Giving up: a result that comes later is refused, and its device thread closes the device.
+            if let late = slot.tryReceive(), let r = late { slot.consumerFinished(); return try r.element.get() }
+            slot.consumerFinished()
+            if case .timedOut = outcome { throw onTimeout() }
+            throw CancellationError()
         }
-        w?.resume(throwing: error)
     }
 }
