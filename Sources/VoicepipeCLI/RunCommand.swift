@@ -64,7 +64,11 @@ struct RunCommand: AsyncParsableCommand {
                 for i in 0..<instances {
                     var logger = Logger(label: "voicepipe")
                     if instances > 1 { logger[metadataKey: "instance"] = "\(i)" }
-                    pipelines.append(try Pipeline(graph: g, logger: logger))
+                    var options = Pipeline.Options()
+                    options.logger = logger
+                    // VOICEPIPE_NO_FUSION=1 gives every node its own task (for measurements).
+                    options.fusion = g.environment["VOICEPIPE_NO_FUSION"] != "1"
+                    pipelines.append(try Pipeline(graph: g, options: options))
                 }
             }
         } catch let e as PipelineError {

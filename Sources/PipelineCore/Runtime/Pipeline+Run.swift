@@ -1,12 +1,22 @@
 import Foundation
 
 extension Pipeline {
+    /// How one node's task ended.
+    enum ChildResult: Sendable {
+        /// The node returned and its outputs were finished (or it was stopped as a source).
+        case finished
+        /// The node failed (after any restarts its policy allowed).
+        case failed(PipelineError)
+    }
+
     /// Runs every node until the sinks finish, a stop completes, or a node fails
-    /// (then throws ``PipelineError``).
+    /// (then throws ``PipelineError``). A pipeline runs once; ``state`` tells where it is.
     public func run() async throws {
+        guard lifecycle.withLock({ $0.start() }) else {
+            throw PipelineError(node: "pipeline", code: "already_run", message: "this pipeline has already run; build a new one to run the graph again")
+        }
         defer { shared.bus.finishAll() }
-        let failure = FailureBox()
-        await withTaskGroup(of: Void.self) { group in
+        await withTaskGroup(of: ChildResult?.self) { group in
             let tasks = graph.nodes.filter { !fused.contains($0.id) }
             if tasks.contains(where: { $0.executor == .realtime }), let status = RealtimeScheduling.statusOnce(), status != "granted" {
                 logger.notice("real-time scheduling is not in use (\(status)); timing-critical nodes run on their own threads at normal priority")
@@ -15,26 +25,27 @@ extension Pipeline {
                 // Latency-critical nodes run on the real-time executor, apart from bulk work.
                 let executor: (any TaskExecutor)? = n.executor == .realtime ? RealtimeExecutor.shared : nil
                 group.addTask(executorPreference: executor) { [self] in
-                    if let error = await self.runNode(n) {
-                        let first = failure.record(error)
-                        if first {
-                            self.logger.error("\(error.description)")
-                            self.shared.bus.publish(Event("error", node: error.node, ts: self.shared.elapsed,
-                                                          fields: [("code", .string(error.code)), ("message", .string(error.message))]))
-                            self.shared.markStopping()
-                            self.stopSignal.fire()
-                            self.stopSignal.abort()
-                        }
+                    let result = await self.runNode(n)
+                    if case .failed(let error) = result, lifecycle.withLock({ $0.failed(error) }) {
+                        self.logger.error("\(error.description)")
+                        self.shared.bus.publish(Event("error", node: error.node, ts: self.shared.elapsed,
+                                                      fields: [("code", .string(error.code)), ("message", .string(error.message))]))
+                        self.shared.markStopping()
+                        self.stopSignal.fire()
+                        self.stopSignal.abort()
                     }
+                    return result
                 }
             }
-            // Drain watchdog: after a stop, give the graph `drainTimeout`, then cancel everything.
+            // Drain watchdog: after a stop, give the graph the drain timeout on the pipeline's clock, then
+            // cancel everything. (It returns nil: it is not a node.)
             group.addTask { [self] in
                 await self.stopSignal.wait()
-                try? await Task.sleep(for: self.drainTimeout)
+                try? await self.clock.sleep(for: self.drainTimeout)
                 // Cancelled: every node ended within the drain; nothing to cut short.
-                if Task.isCancelled { return }
+                if Task.isCancelled { return nil }
                 if !self.stopSignal.aborted {
+                    self.lifecycle.withLock { $0.drainTimedOut() }
                     // What the cancellation leaves unprocessed is said, with its count (the drain timeout is
                     // the policy that drops it).
                     let queued = self.edges.values.reduce(0) { $0 + $1.depth }
@@ -44,18 +55,29 @@ extension Pipeline {
                                                   fields: [("timeout_ms", .int(ms)), ("queued_frames", .int(Int64(queued)))]))
                 }
                 self.stopSignal.abort()
+                return nil
             }
             var remaining = tasks.count
-            while remaining > 0, await group.next() != nil {
-                remaining -= 1
+            while remaining > 0, let result = await group.next() {
+                if result != nil { remaining -= 1 }
             }
             group.cancelAll()
         }
-        if let f = failure.first { throw f }
+        let failure = lifecycle.withLock { l -> PipelineError? in
+            _ = l.finish()
+            return l.failure
+        }
+        if let failure { throw failure }
+    }
+
+    /// Runs one node with its restart policy.
+    private func runNode(_ n: ResolvedNode) async -> ChildResult {
+        if let error = await runNodeWithRestarts(n) { return .failed(error) }
+        return .finished
     }
 
     /// Runs one node with its restart policy; returns its failure, if any.
-    private func runNode(_ n: ResolvedNode) async -> PipelineError? {
+    private func runNodeWithRestarts(_ n: ResolvedNode) async -> PipelineError? {
         let context = contexts[n.id]!
         defer {
             for p in n.descriptor.inputs { edges["\(n.id).\(p.name)"]?.consumerFinished() }

@@ -12,12 +12,50 @@ import Synchronization
 /// try await done
 /// ```
 public final class Pipeline: Sendable {
+    /// How a pipeline runs, given when it is built: no global switch and no environment variable
+    /// changes it afterwards.
+    public struct Options: Sendable {
+        /// The clock nodes sleep on and the drain timeout runs on (a ``ManualClock`` in tests).
+        public var clock: any Clock<Duration> = ContinuousClock()
+        public var logger = Logger(label: "voicepipe")
+        /// After ``Pipeline/stop()``, how long queued frames may drain before every node is cancelled.
+        public var drainTimeout: Duration = .milliseconds(1500)
+        /// Linear chains of processors run in one task (off: every node in a task of its own, as
+        /// measurements of the edges want).
+        public var fusion = true
+        public init() {}
+    }
+
+    /// Where a pipeline is in its life. `ready` → `running` → (`draining` after ``stop()``) →
+    /// (`cancelling` after ``cancel()``, a failure or a drain that ran out) → `finished`.
+    public enum State: Sendable, Equatable {
+        case ready
+        case running
+        case draining
+        case cancelling
+        case finished(Outcome)
+    }
+
+    /// How a run ended.
+    public enum Outcome: Sendable, Equatable {
+        /// Every source ended and everything was processed.
+        case completed
+        /// ``stop()``: the sources stopped and the graph drained within the drain timeout.
+        case stopped
+        /// ``cancel()``, or a stop whose drain ran out: nodes were cancelled with work queued.
+        case cancelled
+        /// A node failed (``run()`` throws its ``PipelineError``).
+        case failed(node: String, code: String)
+    }
+
     /// The graph being run.
     public let graph: ValidatedGraph
+    public let options: Options
     /// How long to let queued frames drain after a stop before cancelling every node.
-    public let drainTimeout: Duration
-    let clock: any Clock<Duration>
-    let logger: Logger
+    public var drainTimeout: Duration { options.drainTimeout }
+    var clock: any Clock<Duration> { options.clock }
+    var logger: Logger { options.logger }
+    let lifecycle = LockedValue(Lifecycle())
     let shared = PipelineShared()
     let edges: [String: BoundedEdge]          // keyed by "node.port" of the consumer
     let edgeOrder: [String]
@@ -32,12 +70,21 @@ public final class Pipeline: Sendable {
 
     /// Builds the pipeline: creates every edge and node (nothing runs yet).
     /// Throws ``PipelineError`` naming the node whose factory failed.
-    public init(graph: ValidatedGraph, clock: any Clock<Duration> = ContinuousClock(),
-                logger: Logger = Logger(label: "voicepipe"), drainTimeout: Duration = .milliseconds(1500)) throws {
+    public convenience init(graph: ValidatedGraph, clock: any Clock<Duration> = ContinuousClock(),
+                            logger: Logger = Logger(label: "voicepipe"), drainTimeout: Duration = .milliseconds(1500)) throws {
+        var options = Options()
+        options.clock = clock
+        options.logger = logger
+        options.drainTimeout = drainTimeout
+        try self.init(graph: graph, options: options)
+    }
+
+    /// Builds the pipeline with `options`: creates every edge and node (nothing runs yet).
+    /// Throws ``PipelineError`` naming the node whose factory failed.
+    public init(graph: ValidatedGraph, options: Options) throws {
         self.graph = graph
-        self.clock = clock
-        self.logger = logger
-        self.drainTimeout = drainTimeout
+        self.options = options
+        let clock = options.clock, logger = options.logger
 
         let mediaClock = MediaClock(clock)
         self.mediaClock = mediaClock
@@ -78,7 +125,7 @@ public final class Pipeline: Sendable {
 
         // Operator fusion: a FrameProcessor fed by exactly one lossless link from another
         // FrameProcessor whose port feeds nothing else is called directly in its producer's task.
-        let fusion = Pipeline.fusionAllowed && graph.environment["VOICEPIPE_NO_FUSION"] != "1"
+        let fusion = options.fusion
         var fusedLinks: Set<ResolvedLink> = []
         if fusion {
             for l in graph.links {
@@ -168,22 +215,23 @@ public final class Pipeline: Sendable {
         n.executor == .realtime && clock is ContinuousClock ? TimerThreadClock() : clock
     }
 
-    /// Set to false to give every node its own task (for measurements).
-    nonisolated(unsafe) public static var fusionAllowed = true
-
     /// Loads, validates and builds a graph from YAML text.
     public convenience init(yaml: String, registry: NodeRegistry, file: String = "<string>", overrides: [Override] = [],
                             environment: [String: String] = ProcessInfo.processInfo.environment,
-                            clock: any Clock<Duration> = ContinuousClock()) throws {
+                            clock: (any Clock<Duration>)? = nil, options: Options = Options()) throws {
         let spec = GraphLoader.parse(yaml, file: file, environment: environment, overrides: overrides)
-        try self.init(graph: GraphValidator.validate(spec, registry: registry), clock: clock)
+        var options = options
+        if let clock { options.clock = clock }
+        try self.init(graph: GraphValidator.validate(spec, registry: registry), options: options)
     }
 
     /// Loads, validates and builds a graph from a file.
     public convenience init(path: String, registry: NodeRegistry, overrides: [Override] = [],
                             environment: [String: String] = ProcessInfo.processInfo.environment,
-                            clock: any Clock<Duration> = ContinuousClock()) throws {
-        try self.init(graph: GraphValidator.load(path: path, registry: registry, overrides: overrides, environment: environment), clock: clock)
+                            clock: (any Clock<Duration>)? = nil, options: Options = Options()) throws {
+        var options = options
+        if let clock { options.clock = clock }
+        try self.init(graph: GraphValidator.load(path: path, registry: registry, overrides: overrides, environment: environment), options: options)
     }
 
     /// The node instance with id `id` (e.g. to reach an ``AppSourceNode``).
@@ -229,10 +277,77 @@ public final class Pipeline: Sendable {
     /// Progress of finite sources (position and total in media seconds).
     public var progress: [String: ProgressBoard.Entry] { shared.progress.snapshot }
 
+    /// Where the pipeline is in its life.
+    public var state: State { lifecycle.withLock { $0.state } }
+
     /// Asks the pipeline to stop gracefully: sources stop, queued frames drain, sinks flush.
-    /// After ``drainTimeout`` every node is cancelled. Safe to call from any thread, more than once.
+    /// After ``drainTimeout`` (on the pipeline's clock) every node is cancelled. Safe to call from any
+    /// thread, more than once, before or during ``run()``.
     public func stop() {
+        lifecycle.withLock { $0.stopRequested() }
         shared.markStopping()
         stopSignal.fire()
+    }
+
+    /// Cancels every node now, without draining: what is queued is dropped (counted on its edge).
+    /// Safe to call from any thread, more than once.
+    public func cancel() {
+        lifecycle.withLock { $0.cancelRequested() }
+        shared.markStopping()
+        stopSignal.fire()
+        stopSignal.abort()
+    }
+}
+
+/// The pipeline's life as one value, changed only under its lock: the state, why it is leaving
+/// `running`, and the first failure.
+struct Lifecycle {
+    var state: Pipeline.State = .ready
+    var stopped = false
+    var cancelled = false
+    var drainRanOut = false
+    var failure: PipelineError?
+
+    /// `run()` starts; false if the pipeline already ran (or is running).
+    mutating func start() -> Bool {
+        guard state == .ready else { return false }
+        state = cancelled ? .cancelling : (stopped ? .draining : .running)
+        return true
+    }
+
+    mutating func stopRequested() {
+        stopped = true
+        if state == .running { state = .draining }
+    }
+
+    mutating func cancelRequested() {
+        cancelled = true
+        if state == .running || state == .draining { state = .cancelling }
+    }
+
+    /// Records a node's failure; true if it is the first (the run then cancels everything).
+    mutating func failed(_ error: PipelineError) -> Bool {
+        guard failure == nil else { return false }
+        failure = error
+        if case .finished = state { return true }
+        state = .cancelling
+        return true
+    }
+
+    /// The drain after a stop ran out of time: the rest is cancelled.
+    mutating func drainTimedOut() {
+        drainRanOut = true
+        if state == .draining { state = .cancelling }
+    }
+
+    /// Every node's task has ended.
+    mutating func finish() -> Pipeline.Outcome {
+        let outcome: Pipeline.Outcome
+        if let failure { outcome = .failed(node: failure.node, code: failure.code) }
+        else if cancelled || drainRanOut { outcome = .cancelled }
+        else if stopped { outcome = .stopped }
+        else { outcome = .completed }
+        state = .finished(outcome)
+        return outcome
     }
 }

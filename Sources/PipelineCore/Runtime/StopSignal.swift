@@ -57,16 +57,3 @@ final class StopSignal: Sendable {
         }
     }
 }
-
-/// The first failure of a run.
-final class FailureBox: Sendable {
-    private let value = LockedValue<PipelineError?>(nil)
-    /// Records `error` if it is the first; returns whether it was.
-    func record(_ error: PipelineError) -> Bool {
-        value.withLock { v in
-            if v == nil { v = error; return true }
-            return false
-        }
-    }
-    var first: PipelineError? { value.withLock { $0 } }
-}

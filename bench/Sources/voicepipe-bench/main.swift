@@ -90,26 +90,27 @@ func arg(_ name: String, _ d: Int) -> Int {
 }
 let mode = args.count > 1 ? args[1] : "chain"
 let stages = arg("stages", 16), frames = arg("frames", 200_000), samples = arg("samples", 320), capacity = arg("capacity", 32)
-Pipeline.fusionAllowed = !args.contains("--no-fuse")
+var options = Pipeline.Options()
+options.fusion = !args.contains("--no-fuse")
 
 switch mode {
 case "chain":
     let sink = BenchSink(measureLatency: false)
-    let p = try Pipeline(yaml: chainYAML(stages: stages, capacity: capacity), registry: registry(frames: frames, samples: samples, interval: 0, sink: sink), environment: [:])
+    let p = try Pipeline(yaml: chainYAML(stages: stages, capacity: capacity), registry: registry(frames: frames, samples: samples, interval: 0, sink: sink), environment: [:], options: options)
     let t0 = Clock.nanos()
     try await p.run()
     let secs = Double(Clock.nanos() - t0) / 1e9
     let n = sink.count.load(ordering: .relaxed)
     precondition(n == frames, "lost frames: \(n) of \(frames)")
-    print("{\"bench\":\"chain\",\"stages\":\(stages),\"fused\":\(Pipeline.fusionAllowed),\"frames\":\(n),\"seconds\":\(secs),\"frames_per_s\":\(Int(Double(n) / secs))}")
+    print("{\"bench\":\"chain\",\"stages\":\(stages),\"fused\":\(options.fusion),\"frames\":\(n),\"seconds\":\(secs),\"frames_per_s\":\(Int(Double(n) / secs))}")
 case "latency":
     let interval = arg("interval-us", 1000)
     let sink = BenchSink(measureLatency: true)
-    let p = try Pipeline(yaml: chainYAML(stages: stages, capacity: capacity), registry: registry(frames: frames, samples: samples, interval: interval, sink: sink), environment: [:])
+    let p = try Pipeline(yaml: chainYAML(stages: stages, capacity: capacity), registry: registry(frames: frames, samples: samples, interval: interval, sink: sink), environment: [:], options: options)
     try await p.run()
     let l = sink.latencies.withLock { $0 }
     let hops = Double(stages + 1)
-    print("{\"bench\":\"latency\",\"stages\":\(stages),\"fused\":\(Pipeline.fusionAllowed),\"frames\":\(l.count),\"p50_us\":\(percentile(l, 0.5)),\"p99_us\":\(percentile(l, 0.99)),\"per_hop_p50_us\":\(percentile(l, 0.5) / hops),\"per_hop_p99_us\":\(percentile(l, 0.99) / hops)}")
+    print("{\"bench\":\"latency\",\"stages\":\(stages),\"fused\":\(options.fusion),\"frames\":\(l.count),\"p50_us\":\(percentile(l, 0.5)),\"p99_us\":\(percentile(l, 0.99)),\"per_hop_p50_us\":\(percentile(l, 0.5) / hops),\"per_hop_p99_us\":\(percentile(l, 0.99) / hops)}")
 case "nats":
     // JetStream publishing as serve does it: N events of the size of a transcript event, each with a
     // Nats-Msg-Id and its own acknowledgement; timed from the first publish to the last acknowledgement.

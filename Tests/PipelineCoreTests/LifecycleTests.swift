@@ -1,0 +1,142 @@
+import Foundation
+import Testing
+import PipelineCore
+import VoicepipeTesting
+
+/// A pipeline's life: its states, how each way of ending is told apart, and the drain timeout on the
+/// pipeline's own clock.
+@Suite("Pipeline lifecycle")
+struct LifecycleTests {
+    var registry: NodeRegistry {
+        var r = testRegistry()
+        r.register(NodeDescriptor(type: "hold", summary: "delays frames", parameters: [ParamSpec("hold_ms", .int, default: .int(0), doc: "")],
+                                  make: { c in HoldNode(hold: .milliseconds(c.int("hold_ms", default: 0))) }))
+        return r
+    }
+
+    @Test("ready → running → finished(completed) when the sources end; a second run is refused")
+    func completes() async throws {
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 20 }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links: [ "src -> sink" ]
+            """, registry: registry, environment: [:])
+        #expect(p.state == .ready)
+        try await p.run()
+        #expect(p.state == .finished(.completed))
+        do {
+            try await p.run()
+            Issue.record("a second run was accepted")
+        } catch let e as PipelineError {
+            #expect(e.code == "already_run")
+        }
+    }
+
+    @Test("stop(): draining, then finished(stopped) with every queued frame delivered")
+    func stops() async throws {
+        let key = uniqueKey()
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 100000000, delay_ms: 1 }
+              sink: { type: collect, key: \(key) }
+            links: [ "src -> sink" ]
+            """, registry: registry, environment: [:])
+        async let run: Void = p.run()
+        while board.recorder(key).values.count < 5 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(p.state == .running)
+        p.stop()
+        try await run
+        #expect(p.state == .finished(.stopped))
+        #expect(p.edgeStats[0].dropped == 0)
+        #expect(UInt64(board.recorder(key).values.count) == p.edgeStats[0].sent)
+    }
+
+    @Test("cancel(): finished(cancelled) at once, without waiting for a slow node to drain")
+    func cancels() async throws {
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 1000 }
+              slow: { type: hold, hold_ms: 10000 }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links: [ "src -> slow -> sink" ]
+            """, registry: registry, environment: [:])
+        async let run: Void = p.run()
+        while p.edgeStats[0].sent < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        let started = ContinuousClock.now
+        p.cancel()
+        try await run
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(p.state == .finished(.cancelled))
+    }
+
+    @Test("the drain timeout runs on the pipeline's clock: a stop that cannot drain is cancelled when the manual clock passes it")
+    func drainTimeoutOnTheInjectedClock() async throws {
+        let clock = ManualClock()
+        var options = Pipeline.Options()
+        options.drainTimeout = .seconds(30)
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 100 }
+              slow: { type: hold, hold_ms: 60000 }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links: [ "src -> slow -> sink" ]
+            """, registry: registry, environment: [:], clock: clock, options: options)
+        let events = p.events()
+        let started = ContinuousClock.now
+        async let run: Void = p.run()
+        // `slow` sleeps on the manual clock; nothing moves until the test advances it.
+        _ = await clock.waitForSleepers(1)
+        p.stop()
+        #expect(p.state == .draining)
+        // The watchdog joins `slow` among the sleepers; 29.9 s is not enough, 30 s is.
+        _ = await clock.waitForSleepers(2)
+        clock.advance(by: .milliseconds(29_900))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(p.state == .draining)
+        clock.advance(by: .milliseconds(100))
+        try await run
+        // Thirty seconds of manual time, not of the wall clock.
+        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(p.state == .finished(.cancelled))
+        var timeouts: [Event] = []
+        for await e in events where e.name == "drain_timeout" { timeouts.append(e) }
+        #expect(timeouts.count == 1)
+        #expect(timeouts.first?["timeout_ms"] == .int(30_000))
+    }
+
+    @Test("a failure: finished(failed) naming the node and its code")
+    func fails() async throws {
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 10 }
+              bad: { type: flaky, failures: 1, after: 2 }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links: [ "src -> bad -> sink" ]
+            """, registry: registry, environment: [:])
+        await #expect(throws: PipelineError.self) { try await p.run() }
+        guard case .finished(.failed(let node, _)) = p.state else {
+            Issue.record("state \(p.state)")
+            return
+        }
+        #expect(node == "bad")
+    }
+
+    @Test("fusion is an option of the pipeline, not a global: off, every node has an edge of its own")
+    func fusionOption() async throws {
+        let yaml = """
+            nodes:
+              src: { type: scripted-source, count: 10 }
+              a: { type: pass }
+              b: { type: pass }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links: [ "src -> a -> b -> sink" ]
+            """
+        var off = Pipeline.Options()
+        off.fusion = false
+        let fused = try Pipeline(yaml: yaml, registry: registry, environment: [:])
+        let unfused = try Pipeline(yaml: yaml, registry: registry, environment: [:], options: off)
+        #expect(fused.edgeStats.contains { $0.label.hasSuffix("(fused)") })
+        #expect(!unfused.edgeStats.contains { $0.label.hasSuffix("(fused)") })
+    }
+}
