@@ -82,15 +82,18 @@ extension ASRNode {
 
         /// Why the selected engine cannot run here, when a fallback is given and the engine's files are
         /// missing (its own problems); nil when it can.
-        public var unavailable: String? {
+        public func unavailable(_ environment: [String: String]) -> String? {
             guard fallback != nil else { return nil }
-            let problems = engineConfiguration.problems()
+            let problems = engineConfiguration.problems(environment: environment)
             return problems.isEmpty ? nil : problems.joined(separator: "; ")
         }
 
         /// Parameters given for another engine, then the engine's own problems (with a fallback whose
         /// engine would run instead, the fallback's).
-        public func problems() -> [String] {
+        public func problems() -> [String] { problems(environment: [:]) }
+
+        /// The same, with the graph's environment variables (where an engine's files are found).
+        public func problems(environment: [String: String]) -> [String] {
             guard let selected = engineDescriptor else { return [] }
             var own = Set(selected.parameters.map(\.name))
             if let fallback, let other = ASREngines.descriptor(fallback) {
@@ -104,10 +107,10 @@ extension ASRNode {
                     problems.append("parameter '\(p)' belongs to engine \(other.name), but engine is \(engine)")
                 }
             }
-            if unavailable != nil, let fallbackConfiguration {
-                return problems + fallbackConfiguration.problems().map { "fallback \(fallback ?? ""): \($0)" }
+            if unavailable(environment) != nil, let fallbackConfiguration {
+                return problems + fallbackConfiguration.problems(environment: environment).map { "fallback \(fallback ?? ""): \($0)" }
             }
-            return problems + engineConfiguration.problems()
+            return problems + engineConfiguration.problems(environment: environment)
         }
     }
 

@@ -299,20 +299,22 @@ public struct WhisperEngine: ASREngine {
             ParamSpec("decoders", .int(1...64), doc: "whisper: decoding threads shared by every asr node and session using the model (default: cores / threads, at least 1; the pool only grows)"),
         ]
 
-        /// The model file to use.
-        public var resolvedModel: String? { WhisperFiles.model(model) }
+        /// The model file to use, given the graph's environment variables.
+        public func resolvedModel(_ environment: [String: String]) -> String? { WhisperFiles.model(model, environment) }
 
         /// Threads per decoding.
         public var resolvedThreads: Int { threads ?? 1 }
 
         /// Missing or malformed model, unknown language, a language or translation the model cannot do.
-        public func problems() -> [String] {
+        public func problems() -> [String] { problems(environment: [:]) }
+
+        public func problems(environment: [String: String]) -> [String] {
             var problems: [String] = []
             if let language, language != "auto", !WhisperLanguages.codes.contains(language) {
                 let near = WhisperLanguages.codes.filter { $0.hasPrefix(language.prefix(1).lowercased()) }.prefix(8)
                 problems.append("whisper: unknown language '\(language)'; use auto or a Whisper language code (\(near.isEmpty ? "en, zh, de, es, fr, ja" : near.joined(separator: ", ")), ...)")
             }
-            guard let path = resolvedModel else {
+            guard let path = resolvedModel(environment) else {
                 problems.append("whisper: no model: set model, or VOICEPIPE_WHISPER_MODEL, or run scripts/install-whisper.sh (looked in \(WhisperFiles.modelSearch))")
                 return problems
             }

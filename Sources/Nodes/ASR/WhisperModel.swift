@@ -28,14 +28,14 @@ enum WhisperFiles {
     }
 
     /// The library file to load, or the bare name for the dynamic loader.
-    static func library(_ variables: [String: String] = ProcessInfo.processInfo.environment) -> String {
+    static func library(_ variables: [String: String]) -> String {
         if let env = variables["VOICEPIPE_WHISPER_LIBRARY"], !env.isEmpty { return env }
         for p in prefixes where FileManager.default.fileExists(atPath: p + "/lib/" + libraryName) { return p + "/lib/" + libraryName }
         return libraryName
     }
 
     /// The model file: `explicit` when given, else the environment's, else the installed default.
-    static func model(_ explicit: String?, _ variables: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+    static func model(_ explicit: String?, _ variables: [String: String]) -> String? {
         if let explicit, !explicit.isEmpty { return explicit }
         if let env = variables["VOICEPIPE_WHISPER_MODEL"], !env.isEmpty { return env }
         return prefixes.map { $0 + "/" + defaultModel }.first { FileManager.default.fileExists(atPath: $0) }
@@ -88,7 +88,7 @@ public enum WhisperLibrary {
     private static let loaded = Mutex<String?>(nil)
 
     /// Loads the library (once); throws naming the file and what went wrong.
-    static func load(_ variables: [String: String] = ProcessInfo.processInfo.environment) throws {
+    static func load(_ variables: [String: String]) throws {
         try loaded.withLock { (state: inout String?) throws in
             if state != nil { return }
             let path = WhisperFiles.library(variables)

@@ -28,16 +28,16 @@ enum SileroFiles {
     }
 
     /// The library file to load, or the bare name for the dynamic loader.
-    static func library() -> String {
-        if let env = ProcessInfo.processInfo.environment["VOICEPIPE_ONNXRUNTIME"], !env.isEmpty { return env }
+    static func library(_ variables: [String: String]) -> String {
+        if let env = variables["VOICEPIPE_ONNXRUNTIME"], !env.isEmpty { return env }
         for p in prefixes where FileManager.default.fileExists(atPath: p + "/lib/" + libraryName) { return p + "/lib/" + libraryName }
         return libraryName
     }
 
     /// The model file: `explicit` when given, else the first one found; nil when there is none.
-    static func model(_ explicit: String?) -> String? {
+    static func model(_ explicit: String?, _ variables: [String: String]) -> String? {
         if let explicit { return explicit }
-        if let env = ProcessInfo.processInfo.environment["VOICEPIPE_SILERO_MODEL"], !env.isEmpty { return env }
+        if let env = variables["VOICEPIPE_SILERO_MODEL"], !env.isEmpty { return env }
         return prefixes.map { $0 + "/" + modelRelative }.first { FileManager.default.fileExists(atPath: $0) }
     }
 
@@ -54,10 +54,10 @@ enum OnnxRuntime {
     private static let loaded = Mutex<Table?>(nil)
 
     /// The API table (version 1), loading the library on first use.
-    static func api() throws -> UnsafePointer<OrtApi> {
+    static func api(_ variables: [String: String]) throws -> UnsafePointer<OrtApi> {
         try loaded.withLock { (state: inout Table?) throws -> Table in
             if let table = state { return table }
-            let path = SileroFiles.library()
+            let path = SileroFiles.library(variables)
             var message = [CChar](repeating: 0, count: 512)
             guard let base = vp_ort_load(path, &message, message.count), let get = base.pointee.GetApi, let api = get(1) else {
                 let why = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -98,8 +98,8 @@ public final class SileroDetector {
     public private(set) var lastProbability: Float = 0
 
     /// Loads the model (throws naming the missing library or model file).
-    public init(modelPath: String, threshold: Double = 0.5) throws {
-        api = try OnnxRuntime.api()
+    public init(modelPath: String, threshold: Double = 0.5, variables: [String: String] = [:]) throws {
+        api = try OnnxRuntime.api(variables)
         self.threshold = Float(threshold)
         guard FileManager.default.isReadableFile(atPath: modelPath) else {
             throw NodeError("vad_model_missing", "silero VAD model \(modelPath) not found or not readable; run scripts/install-onnx.sh or set model")

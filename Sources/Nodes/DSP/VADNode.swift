@@ -55,7 +55,11 @@ public actor VADNode: Node {
     private var lastEndMarked: Int64 = 0
     private var turn: TurnAudio?
 
-    init(configuration c: Configuration) {
+    /// The graph's environment variables (where the models and ONNX Runtime are found).
+    let variables: [String: String]
+
+    init(configuration c: Configuration, variables: [String: String] = [:]) {
+        self.variables = variables
         startMs = c.startMs
         stopMs = c.stopMs
         preRollMs = c.preRollMs
@@ -80,17 +84,17 @@ public actor VADNode: Node {
         case .speex:
             detector = try SpeechDetector(blockMs: 20, thresholds: thresholds)
         case .silero:
-            guard let path = SileroFiles.model(model) else {
+            guard let path = SileroFiles.model(model, variables) else {
                 throw NodeError("vad_model_missing", "no silero VAD model found (looked in \(SileroFiles.modelSearch)); run scripts/install-onnx.sh or set model")
             }
-            detector = try SileroDetector(modelPath: path, threshold: threshold)
+            detector = try SileroDetector(modelPath: path, threshold: threshold, variables: variables)
         }
         var judge: SmartTurnModel?
         if turnModel == .smartTurn {
-            guard let path = SmartTurnFiles.model(turnModelPath) else {
+            guard let path = SmartTurnFiles.model(turnModelPath, variables) else {
                 throw NodeError("turn_model_missing", "no smart-turn model found (looked in \(SmartTurnFiles.modelSearch)); run scripts/install-smart-turn.sh or set turn_model_path")
             }
-            judge = try SmartTurnModel(modelPath: path)
+            judge = try SmartTurnModel(modelPath: path, variables: variables)
             turn = TurnAudio()
         }
         var machine: VADStateMachine?
@@ -229,24 +233,26 @@ public actor VADNode: Node {
         ]
 
         /// A silero model given or found must exist (the library is checked when the node starts).
-        public func problems() -> [String] {
+        public func problems() -> [String] { problems(environment: [:]) }
+
+        public func problems(environment: [String: String]) -> [String] {
             var problems: [String] = []
             if turnModel == .smartTurn {
                 if let turnModelPath {
                     if !FileManager.default.isReadableFile(atPath: turnModelPath) { problems.append("turn model \(turnModelPath) not found or not readable") }
-                } else if SmartTurnFiles.model(nil) == nil {
+                } else if SmartTurnFiles.model(nil, environment) == nil {
                     problems.append("turn_model smart-turn: no model found (looked in \(SmartTurnFiles.modelSearch)); run scripts/install-smart-turn.sh or set turn_model_path")
                 }
             }
-            return problems + sileroProblems()
+            return problems + sileroProblems(environment)
         }
 
-        private func sileroProblems() -> [String] {
+        private func sileroProblems(_ environment: [String: String]) -> [String] {
             guard engine == .silero else { return [] }
             if let model {
                 return FileManager.default.isReadableFile(atPath: model) ? [] : ["silero model \(model) not found or not readable"]
             }
-            return SileroFiles.model(nil) == nil
+            return SileroFiles.model(nil, environment) == nil
                 ? ["engine silero: no model found (looked in \(SileroFiles.modelSearch)); run scripts/install-onnx.sh or set model"] : []
         }
     }
@@ -276,7 +282,7 @@ public actor VADNode: Node {
         outputs: [PortSpec("out", [.audio], required: false, doc: "the audio, with speech marks (only speech with gate: true)"), .events],
         configuration: Configuration.self,
         format: .passthrough,
-        make: { c, _ in VADNode(configuration: c) })
+        make: { c, env in VADNode(configuration: c, variables: env.variables) })
 }
 
 /// A block classifier behind `vad`: feeds audio, calls back with speech or not per block.

@@ -91,10 +91,16 @@ public struct NATSEventPublisher: Sendable {
 public actor NATSSinkNode: Node {
     let c: Configuration
 
-    init(configuration: Configuration) { c = configuration }
+    /// The graph's environment variables (NATS_URL and the credentials' variables).
+    let variables: [String: String]
+
+    init(configuration: Configuration, variables: [String: String] = [:]) {
+        c = configuration
+        self.variables = variables
+    }
 
     public func run(_ context: NodeContext) async throws {
-        let env = ProcessInfo.processInfo.environment
+        let env = variables
         let url = c.url.isEmpty ? (env["NATS_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "nats://127.0.0.1:4222") : c.url
         let events: NATSEventPublisher
         do {
@@ -231,5 +237,5 @@ public actor NATSSinkNode: Node {
         family: "sinks", inputs: [PortSpec("in", [.event, .text])], outputs: [.events],
         configuration: Configuration.self,
         format: .none,
-        make: { c, _ in NATSSinkNode(configuration: c) })
+        make: { c, env in NATSSinkNode(configuration: c, variables: env.variables) })
 }

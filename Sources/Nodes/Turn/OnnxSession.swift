@@ -16,8 +16,8 @@ final class OnnxSession {
     private let outputName: UnsafeMutablePointer<CChar>
 
     /// Loads `modelPath`; `what` names the model in errors.
-    init(modelPath: String, input: String, output: String, what: String) throws {
-        api = try OnnxRuntime.api()
+    init(modelPath: String, input: String, output: String, what: String, variables: [String: String]) throws {
+        api = try OnnxRuntime.api(variables)
         inputName = strdup(input)
         outputName = strdup(output)
         guard FileManager.default.isReadableFile(atPath: modelPath) else {

@@ -7,9 +7,9 @@ import PipelineCore
 enum SmartTurnFiles {
     static let modelRelative = "share/smart-turn/smart-turn-v3.2-cpu.onnx"
 
-    static func model(_ explicit: String?) -> String? {
+    static func model(_ explicit: String?, _ variables: [String: String]) -> String? {
         if let explicit { return explicit }
-        if let env = ProcessInfo.processInfo.environment["VOICEPIPE_SMART_TURN_MODEL"], !env.isEmpty { return env }
+        if let env = variables["VOICEPIPE_SMART_TURN_MODEL"], !env.isEmpty { return env }
         return SileroFiles.prefixes.map { $0 + "/" + modelRelative }.first { FileManager.default.fileExists(atPath: $0) }
     }
 
@@ -29,8 +29,8 @@ final class SmartTurnModel {
     private let session: OnnxSession
     private let features = WhisperLogMel(mels: 80, samples: SmartTurnModel.window)
 
-    init(modelPath: String) throws {
-        session = try OnnxSession(modelPath: modelPath, input: "input_features", output: "logits", what: "smart-turn")
+    init(modelPath: String, variables: [String: String] = [:]) throws {
+        session = try OnnxSession(modelPath: modelPath, input: "input_features", output: "logits", what: "smart-turn", variables: variables)
     }
 
     /// The probability (0...1) that the turn in `audio` (16 kHz mono, the turn's last samples) is complete.

@@ -14,15 +14,15 @@ enum WakeFiles {
         SileroFiles.prefixes.map { ($0 as NSString).deletingLastPathComponent + "/wake" }
     }
 
-    static func library() -> String {
-        if let env = ProcessInfo.processInfo.environment["VOICEPIPE_TFLITE"], !env.isEmpty { return env }
+    static func library(_ variables: [String: String]) -> String {
+        if let env = variables["VOICEPIPE_TFLITE"], !env.isEmpty { return env }
         return prefixes.map { $0 + "/lib/" + libraryName }.first { FileManager.default.fileExists(atPath: $0) } ?? libraryName
     }
 
     /// The models folder: `explicit` when given, else the first one found.
-    static func models(_ explicit: String?) -> String? {
+    static func models(_ explicit: String?, _ variables: [String: String]) -> String? {
         if let explicit { return explicit }
-        if let env = ProcessInfo.processInfo.environment["VOICEPIPE_WAKE_MODELS"], !env.isEmpty { return env }
+        if let env = variables["VOICEPIPE_WAKE_MODELS"], !env.isEmpty { return env }
         return prefixes.map { $0 + "/models" }.first { FileManager.default.fileExists(atPath: $0 + "/melspectrogram.tflite") }
     }
 
@@ -64,10 +64,10 @@ struct TFLiteAPI: @unchecked Sendable {
     private static let loaded = Mutex<TFLiteAPI?>(nil)
 
     /// The API, loading the library on first use.
-    static func shared() throws -> TFLiteAPI {
+    static func shared(_ variables: [String: String]) throws -> TFLiteAPI {
         try loaded.withLock { (state: inout TFLiteAPI?) throws -> TFLiteAPI in
             if let api = state { return api }
-            let path = WakeFiles.library()
+            let path = WakeFiles.library(variables)
             guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
                 let why = dlerror().map { String(cString: $0) } ?? "dlopen failed"
                 throw NodeError("tflite_missing", "wake words need TensorFlow Lite's C library, which could not be loaded from \(path) (\(why)); run scripts/install-wake.sh, or set VOICEPIPE_TFLITE to a libtensorflowlite_c.so")
@@ -110,8 +110,8 @@ final class TFLiteModel {
     private let output: OpaquePointer
 
     /// Loads `path`, resizing the input to `shape` when given.
-    init(path: String, inputShape shape: [Int32]? = nil) throws {
-        let api = try TFLiteAPI.shared()
+    init(path: String, inputShape shape: [Int32]? = nil, variables: [String: String] = [:]) throws {
+        let api = try TFLiteAPI.shared(variables)
         self.api = api
         guard FileManager.default.isReadableFile(atPath: path), let m = api.modelCreateFromFile(path) else {
             throw NodeError("wake_model", "cannot load the wake word model \(path)")

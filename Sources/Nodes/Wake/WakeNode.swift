@@ -1,4 +1,5 @@
 import Foundation
+import CSpeexDSP
 import PipelineCore
 
 /// `wake`: wake word detection with openWakeWord's models (``OpenWakeWord``, on TensorFlow Lite loaded
@@ -26,25 +27,35 @@ public actor WakeNode: Node {
     let gate: Bool
     let listenTimeoutMs: Int
     let models: String?
+    let hopMs: Int
+    let denoise: Bool
 
     private var listening = false
     private var heardSpeech = false
     private var speechOver = false
 
-    init(configuration c: Configuration) {
+    /// The graph's environment variables (where the models and TensorFlow Lite are found).
+    let variables: [String: String]
+
+    init(configuration c: Configuration, variables: [String: String] = [:]) {
+        self.variables = variables
         words = c.words
         threshold = c.threshold
         refractoryMs = c.refractoryMs
         gate = c.gate
         listenTimeoutMs = c.listenTimeoutMs
         models = c.models
+        hopMs = c.hopMs
+        denoise = c.denoise
     }
 
     public func run(_ context: NodeContext) async throws {
-        guard let folder = WakeFiles.models(models) else {
+        guard let folder = WakeFiles.models(models, variables) else {
             throw NodeError("wake_model_missing", "no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models")
         }
-        let detector = try OpenWakeWord(folder: folder, words: words)
+        let detector = try OpenWakeWord(folder: folder, words: words, hopFrames: hopMs / 10, variables: variables)
+        // The detector hears a noise-suppressed copy; the audio passed on is untouched.
+        let denoiser = denoise ? try WakeDenoiser() : nil
         let linked = context.connectedInputs.contains("listen")
         try await withThrowingTaskGroup(of: Void.self) { group in
             if linked {
@@ -54,7 +65,7 @@ public actor WakeNode: Node {
                     }
                 }
             }
-            try await detect(detector, linked: linked, context: context)
+            try await detect(detector, denoiser: denoiser, linked: linked, context: context)
             group.cancelAll()
             try await group.waitForAll()
         }
@@ -67,7 +78,7 @@ public actor WakeNode: Node {
         if name == "speech_end" && heardSpeech { speechOver = true }
     }
 
-    private func detect(_ detector: OpenWakeWord, linked: Bool, context: NodeContext) async throws {
+    private func detect(_ detector: OpenWakeWord, denoiser: WakeDenoiser?, linked: Bool, context: NodeContext) async throws {
         let analysis = AudioFormat(sampleRate: 16000, channels: 1)
         var converter: AudioConverter?
         var inputFormat: AudioFormat?
@@ -86,7 +97,7 @@ public actor WakeNode: Node {
             let samples = converter?.convert(audio.samples) ?? audio.samples
             var fired: (word: String, score: Double, at: Int64)?
             let before = analysed
-            try detector.feed(samples) { _, scores in
+            try detector.feed(denoiser?.process(samples) ?? samples) { _, scores in
                 for (i, s) in scores.enumerated() where Double(s) >= threshold && Double(s) > (fired?.score ?? 0) {
                     fired = (detector.words[i].name, Double(s), 0)
                 }
@@ -131,18 +142,25 @@ public actor WakeNode: Node {
         public var gate: Bool
         public var listenTimeoutMs: Int
         public var models: String?
+        public var hopMs: Int
+        public var denoise: Bool
         public static let parameters: [ParamSpec] = [
             ParamSpec("words", .stringList, default: .list([.string("hey_jarvis")]), doc: "the wake words: model names in the models folder (alexa, hey_jarvis, hey_mycroft, hey_rhasspy, okay_nabu)"),
             ParamSpec("threshold", .double(0.05...0.99), default: 0.5, doc: "score at which a word fires"),
             ParamSpec("refractory_ms", .int(0...60_000), default: 2000, doc: "a word does not fire again within this time"),
             ParamSpec("gate", .bool, default: false, doc: "pass audio only from a detection until the VAD's speech_end (linked into listen) or listen_timeout_ms without speech; false: pass everything"),
             ParamSpec("listen_timeout_ms", .int(100...600_000), default: 8000, doc: "gate: with no speech_start this long after the wake word, end the flow with reason wake_timeout"),
+            ParamSpec("hop_ms", .int(10...80), default: 20, doc: "how often the word classifiers judge the audio: 80 is openWakeWord's own step; shorter judges more alignments of a phrase (each 80 ms apart within itself) and finds more, at a cost in CPU (20: four times the embedding work)"),
+            ParamSpec("denoise", .bool, default: true, doc: "the detector hears the audio through speexdsp's noise suppression (as openWakeWord's option does); the audio passed on is untouched"),
             ParamSpec("models", .path, doc: "folder with melspectrogram.tflite, embedding_model.tflite and <word>.tflite (default: .deps/wake/models, or $VOICEPIPE_WAKE_MODELS)"),
         ]
 
-        public func problems() -> [String] {
+        public func problems() -> [String] { problems(environment: [:]) }
+
+        public func problems(environment: [String: String]) -> [String] {
             if words.isEmpty { return ["give at least one wake word"] }
-            guard let folder = WakeFiles.models(models) else {
+            if ![10, 20, 40, 80].contains(hopMs) { return ["hop_ms \(hopMs): give 10, 20, 40 or 80 (a whole number of 10 ms mel frames dividing openWakeWord's 80 ms step)"] }
+            guard let folder = WakeFiles.models(models, environment) else {
                 return ["no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models"]
             }
             return words.filter { !FileManager.default.fileExists(atPath: folder + "/" + $0 + ".tflite") }
@@ -160,10 +178,46 @@ public actor WakeNode: Node {
         outputs: [PortSpec("out", [.audio], required: false, doc: "the audio (only while listening with gate: true), the frame after a detection marked wake"), .events],
         configuration: Configuration.self,
         format: .passthrough,
-        make: { c, _ in WakeNode(configuration: c) })
+        make: { c, env in WakeNode(configuration: c, variables: env.variables) })
 }
 
 /// The `wake` family.
 enum WakeNodes {
     static let all: [NodeDescriptor] = [WakeNode.descriptor]
+}
+
+/// speexdsp's noise suppression on 10 ms blocks of 16 kHz audio, for what the detector hears. Samples
+/// that do not fill a block wait for the next call.
+final class WakeDenoiser {
+    static let block = 160
+    private let state: OpaquePointer
+    private var pending: [Int16] = []
+
+    init() throws {
+        guard let s = speex_preprocess_state_init(Int32(Self.block), 16000) else {
+            throw NodeError("wake_failed", "cannot create the speexdsp preprocessor")
+        }
+        state = s
+        var on: Int32 = 1, off: Int32 = 0
+        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_DENOISE, &on)
+        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_AGC, &off)
+    }
+
+    deinit { speex_preprocess_state_destroy(state) }
+
+    /// The denoised samples of every whole block now available.
+    func process(_ samples: [Int16]) -> [Int16] {
+        pending.append(contentsOf: samples)
+        let whole = pending.count / Self.block * Self.block
+        guard whole > 0 else { return [] }
+        var out = Array(pending[0..<whole])
+        out.withUnsafeMutableBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return }
+            for start in stride(from: 0, to: whole, by: Self.block) {
+                _ = speex_preprocess_run(state, base + start)
+            }
+        }
+        pending.removeFirst(whole)
+        return out
+    }
 }

@@ -25,6 +25,9 @@ public protocol NodeConfiguration: Decodable, Sendable {
     static var parameters: [ParamSpec] { get }
     /// Problems with combinations of values (each a message a user can act on). Default: none.
     func problems() -> [String]
+    /// The same, for checks that look at the graph's environment variables (where a model is found, say):
+    /// the validator calls this one with the variables the graph was loaded with. Default: ``problems()``.
+    func problems(environment: [String: String]) -> [String]
     /// The executor class these values call for, when it depends on them (a file source paced at 1x
     /// is timing-critical, one read as fast as possible is not). Default: `nil`, the type's class.
     var executor: ExecutorClass? { get }
@@ -32,6 +35,7 @@ public protocol NodeConfiguration: Decodable, Sendable {
 
 extension NodeConfiguration {
     public func problems() -> [String] { [] }
+    public func problems(environment: [String: String]) -> [String] { problems() }
     public var executor: ExecutorClass? { nil }
 
     /// Decodes a configuration from parameter values, applying the declared defaults first.

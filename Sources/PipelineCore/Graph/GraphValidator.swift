@@ -141,7 +141,7 @@ public enum GraphValidator {
             if !nodesWithIssues.contains(ns.id) {
                 do {
                     configuration = try d.decode(config)
-                    for message in d.check(configuration) {
+                    for message in d.check(configuration, spec.environment) {
                         issues.append(GraphIssue(.invalidParameter, at: ns.location, node: ns.id, message))
                     }
                 } catch let e as DecodingError {

@@ -143,7 +143,7 @@ public struct NodeDescriptor: Sendable {
     /// Throws `DecodingError` or ``ConfigurationError``; the validator reports it with the node's location.
     public var decode: @Sendable (NodeConfig) throws -> any Sendable
     /// Problems with combinations of parameters, given the decoded configuration.
-    public var check: @Sendable (any Sendable) -> [String]
+    public var check: @Sendable (_ configuration: any Sendable, _ environment: [String: String]) -> [String]
     /// Creates a node instance from the decoded configuration. Called when the pipeline is built
     /// (and again on restart).
     public var build: @Sendable (any Sendable, NodeEnvironment) throws -> any Node
@@ -170,7 +170,7 @@ public struct NodeDescriptor: Sendable {
         self.executor = executor
         self.plugin = nil
         self.decode = { config in try ParameterDecoder.decode(Configuration.self, from: config.values) }
-        self.check = { c in (c as? Configuration)?.problems() ?? [] }
+        self.check = { c, environment in (c as? Configuration)?.problems(environment: environment) ?? [] }
         self.build = { c, env in
             guard let c = c as? Configuration else {
                 throw NodeError("configuration_mismatch", "node '\(env.id)': configuration is not a \(Configuration.self)")
@@ -201,7 +201,7 @@ public struct NodeDescriptor: Sendable {
         self.executor = executor
         self.plugin = nil
         self.decode = { $0 }
-        self.check = { c in (c as? NodeConfig).map(check) ?? [] }
+        self.check = { c, _ in (c as? NodeConfig).map(check) ?? [] }
         self.build = { c, env in
             guard let c = c as? NodeConfig else {
                 throw NodeError("configuration_mismatch", "node '\(env.id)': configuration is not a NodeConfig")
@@ -214,14 +214,15 @@ public struct NodeDescriptor: Sendable {
     /// for tests and embedding apps. Throws ``ConfigurationError`` for values the type does not accept.
     public func instantiate(_ values: [String: ParamValue] = [:], environment: NodeEnvironment? = nil) throws -> any Node {
         let env = environment ?? NodeEnvironment(id: type)
-        return try build(configuration(values, id: env.id), env)
+        return try build(configuration(values, id: env.id, variables: env.variables), env)
     }
 
-    /// The decoded configuration for `values` (checked, defaults applied).
-    public func configuration(_ values: [String: ParamValue] = [:], id: String = "node") throws -> any Sendable {
+    /// The decoded configuration for `values` (checked, defaults applied; `variables` are the environment
+    /// variables checks may look at, as a graph's would be).
+    public func configuration(_ values: [String: ParamValue] = [:], id: String = "node", variables: [String: String] = [:]) throws -> any Sendable {
         let checked = try ParamSpec.checked(values, against: parameters)
         let c = try decode(NodeConfig(id: id, type: type, values: checked))
-        let problems = check(c)
+        let problems = check(c, variables)
         if !problems.isEmpty { throw ConfigurationError(problems.joined(separator: "; ")) }
         return c
     }

@@ -7,7 +7,7 @@ import Testing
 @Suite("Silero VAD", .serialized)
 struct SileroVADTests {
     static func model() throws -> String {
-        try #require(SileroFiles.model(nil), "no silero model: run scripts/install-onnx.sh (scripts/test.sh does)")
+        try #require(SileroFiles.model(nil, ProcessInfo.processInfo.environment), "no silero model: run scripts/install-onnx.sh (scripts/test.sh does)")
     }
 
     /// Probabilities of each 512-sample window, as the node computes them.

@@ -8,7 +8,7 @@ import Testing
 @Suite("Smart Turn", .serialized)
 struct SmartTurnTests {
     static func model() throws -> SmartTurnModel {
-        let path = try #require(SmartTurnFiles.model(nil), "no smart-turn model: run scripts/install-smart-turn.sh (scripts/test.sh does)")
+        let path = try #require(SmartTurnFiles.model(nil, ProcessInfo.processInfo.environment), "no smart-turn model: run scripts/install-smart-turn.sh (scripts/test.sh does)")
         return try SmartTurnModel(modelPath: path)
     }
 
