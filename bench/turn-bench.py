@@ -31,6 +31,9 @@ DETECTORS = {
     "turn200": "{ type: vad, engine: silero, stop_ms: 200, turn_model: smart-turn, max_pause_ms: 2000 }",
     "turn300": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 2000 }",
     "turn300_t08": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 2000, turn_threshold: 0.8 }",
+    "scaled1000": "{ type: vad, engine: silero, stop_ms: 100, turn_model: smart-turn, turn_policy: scaled, max_pause_ms: 1000 }",
+    "scaled1000_min100": "{ type: vad, engine: silero, stop_ms: 100, turn_model: smart-turn, turn_policy: scaled, min_pause_ms: 100, max_pause_ms: 1000 }",
+    "scaled1500": "{ type: vad, engine: silero, stop_ms: 100, turn_model: smart-turn, turn_policy: scaled, max_pause_ms: 1500 }",
 }
 
 
@@ -147,7 +150,9 @@ def main():
              f"`bench/turn-bench.py`, one run: {len(items)} items ({len(items) // 2} sentences, each whole and with a "
              "300/500/700/900 ms pause at its middle word gap), 4 s apart, pink noise 50 dB down. All detectors are "
              "`vad engine: silero` on the same file source; `turnNNN` = `stop_ms: NNN, turn_model: smart-turn, "
-             "max_pause_ms: 2000` (`_t08`: `turn_threshold: 0.8`). Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end "
+             "max_pause_ms: 2000` (`_t08`: `turn_threshold: 0.8`); `scaledNNNN` = `stop_ms: 100, turn_model: smart-turn, "
+             "turn_policy: scaled, max_pause_ms: NNNN` (the model's probability p, asked once at 100 ms of silence, sets the "
+             "pause to wait out: max_pause_ms·(1 − p); `_min100`: `min_pause_ms: 100`). Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end "
              "of speech, in media time.", "",
              "| detector | material | false cut-offs (paused items) | mean delay ms | p90 delay ms | ended by the model | missed |",
              "|---|---|---|---|---|---|---|"]

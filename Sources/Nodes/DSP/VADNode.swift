@@ -45,6 +45,8 @@ public actor VADNode: Node {
     let turnModel: TurnModel
     let maxPauseMs: Int
     let turnThreshold: Double
+    let turnPolicy: TurnPolicy
+    let minPauseMs: Int
     let turnModelPath: String?
 
     private var held: [Held] = []
@@ -75,6 +77,8 @@ public actor VADNode: Node {
         turnModel = c.turnModel
         maxPauseMs = c.maxPauseMs
         turnThreshold = c.turnThreshold
+        turnPolicy = c.turnPolicy
+        minPauseMs = c.minPauseMs
         turnModelPath = c.turnModelPath
     }
 
@@ -127,7 +131,15 @@ public actor VADNode: Node {
                 if case .checkTurn = a, let judge, let turn {
                     let p = try judge.probability(turn.audio(since: turn.onset))
                     context.logger.debug("vad: smart-turn probability \(p)")
-                    actions.append(contentsOf: machine!.turnDecision(complete: p >= turnThreshold, probability: p))
+                    switch turnPolicy {
+                    case .threshold:
+                        actions.append(contentsOf: machine!.turnDecision(complete: p >= turnThreshold, probability: p))
+                    case .scaled:
+                        // The less sure the model is that the turn is over, the longer the pause it waits out.
+                        let clamped = min(max(p, 0), 1)
+                        let waitMs = Double(minPauseMs) + Double(max(maxPauseMs - minPauseMs, 0)) * (1 - clamped)
+                        actions.append(contentsOf: machine!.turnWait(probability: p, waitSamples: Int64(waitMs * Double(rate) / 1000)))
+                    }
                     continue
                 }
                 if try await perform(a, context: context) { ending = true }
@@ -212,6 +224,8 @@ public actor VADNode: Node {
         public var turnModel: TurnModel
         public var maxPauseMs: Int
         public var turnThreshold: Double
+        public var turnPolicy: TurnPolicy
+        public var minPauseMs: Int
         public var turnModelPath: String?
         public static let parameters: [ParamSpec] = [
             ParamSpec("engine", .choice(Engine.allCases.map(\.rawValue)), default: "speex",
@@ -226,7 +240,10 @@ public actor VADNode: Node {
             ParamSpec("turn_model", .choice(TurnModel.allCases.map(\.rawValue)), default: "none",
                       doc: "smart-turn: after stop_ms of silence an end-of-turn model (Smart Turn v3.2 on ONNX Runtime; install with scripts/install-smart-turn.sh) decides: complete ends speech at once, incomplete waits up to max_pause_ms"),
             ParamSpec("max_pause_ms", .int(100...60_000), default: 3000, doc: "turn_model: the longest pause inside a turn the model calls incomplete"),
-            ParamSpec("turn_threshold", .double(0.05...0.95), default: 0.5, doc: "turn_model: probability at which a turn is complete"),
+            ParamSpec("turn_threshold", .double(0.05...0.95), default: 0.5, doc: "turn_model, turn_policy threshold: probability at which a turn is complete"),
+            ParamSpec("turn_policy", .choice(TurnPolicy.allCases.map(\.rawValue)), default: "threshold",
+                      doc: "turn_model: threshold: complete (probability ≥ turn_threshold) ends speech at once, incomplete waits up to max_pause_ms; scaled: the probability p sets the pause to wait out, min_pause_ms + (max_pause_ms - min_pause_ms)·(1 - p), ended sooner by nothing but speech"),
+            ParamSpec("min_pause_ms", .int(0...60_000), default: 0, doc: "turn_policy scaled: the pause waited out when the model is sure the turn is over"),
             ParamSpec("turn_model_path", .path, doc: "turn_model: the model file (default: .deps/onnx/share/smart-turn/smart-turn-v3.2-cpu.onnx, or $VOICEPIPE_SMART_TURN_MODEL)"),
             ParamSpec("margin_db", .double(0...40), default: 6.0, doc: "speex: energy above the noise floor needed for speech"),
             ParamSpec("min_db", .double(-120...0), default: -55.0, doc: "speex: blocks quieter than this (dBFS) are silence"),
@@ -237,6 +254,9 @@ public actor VADNode: Node {
 
         public func problems(environment: [String: String]) -> [String] {
             var problems: [String] = []
+            if turnModel == .smartTurn && turnPolicy == .scaled && minPauseMs > maxPauseMs {
+                problems.append("turn_policy scaled: min_pause_ms (\(minPauseMs)) is longer than max_pause_ms (\(maxPauseMs))")
+            }
             if turnModel == .smartTurn {
                 if let turnModelPath {
                     if !FileManager.default.isReadableFile(atPath: turnModelPath) { problems.append("turn model \(turnModelPath) not found or not readable") }
@@ -263,6 +283,14 @@ public actor VADNode: Node {
         case none
         /// Smart Turn v3.2.
         case smartTurn = "smart-turn"
+    }
+
+    /// How the turn model's answer ends a turn.
+    public enum TurnPolicy: String, Sendable, Decodable, CaseIterable {
+        /// Complete (probability ≥ `turn_threshold`) ends it at once; incomplete waits up to `max_pause_ms`.
+        case threshold
+        /// The probability sets the pause to wait out, between `min_pause_ms` and `max_pause_ms`.
+        case scaled
     }
 
     /// The classifier behind the node.

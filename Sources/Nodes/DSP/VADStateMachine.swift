@@ -11,7 +11,9 @@ import PipelineCore
 /// With an end-of-turn model (`maxPauseSamples > 0`), `stopSamples` of silence does not close speech
 /// by itself: it asks (``Action/checkTurn(end:)``) and the node answers with ``turnDecision(complete:probability:)``.
 /// A complete turn ends at once (reason `turn_model`); an incomplete one stays open until speech
-/// resumes or the silence reaches `maxPauseSamples` (reason `silence`). Every `speechEnd` says why.
+/// resumes or the silence reaches `maxPauseSamples` (reason `silence`). Alternatively the answer sets
+/// how long to wait (``turnWait(probability:waitSamples:)``): speech ends when the silence reaches it
+/// (reason `turn_model`) unless speech resumes first. Every `speechEnd` says why.
 ///
 /// ```swift
 /// var m = VADStateMachine(startSamples: 1600, stopSamples: 8000)
@@ -49,6 +51,11 @@ public struct VADStateMachine: Sendable, Hashable {
     private var ended = false
     /// The turn model was asked during this pause.
     private var asked = false
+    /// The end of the last block observed.
+    private var lastObserved: Int64 = 0
+    /// A wait the model's answer set for this pause (silence, in samples) and that answer.
+    private var turnWaitSamples: Int64?
+    private var turnProbability = 0.0
 
     /// Creates a state machine.
     public init(startSamples: Int64, stopSamples: Int64, endOnSilenceSamples: Int64 = 0, maxPauseSamples: Int64 = 0) {
@@ -66,14 +73,30 @@ public struct VADStateMachine: Sendable, Hashable {
         return [.speechEnd(end: lastSpeechEnd, reason: .turnModel(probability: probability))]
     }
 
+    /// The turn model's answer to the last ``Action/checkTurn(end:)`` as a wait: speech ends once the
+    /// silence reaches `waitSamples` (at once if it already has), unless speech resumes first.
+    public mutating func turnWait(probability: Double, waitSamples: Int64) -> [Action] {
+        guard inSpeech, !ended, asked else { return [] }
+        if lastObserved - lastSpeechEnd >= waitSamples {
+            inSpeech = false
+            asked = false
+            return [.speechEnd(end: lastSpeechEnd, reason: .turnModel(probability: probability))]
+        }
+        turnWaitSamples = waitSamples
+        turnProbability = probability
+        return []
+    }
+
     /// Feeds one block `from..<to` classified as speech or not; returns the actions, in order.
     public mutating func observe(speech: Bool, from: Int64, to: Int64) -> [Action] {
         if ended { return [] }
+        lastObserved = to
         var actions: [Action] = []
         if speech {
             if inSpeech {
                 lastSpeechEnd = to
                 asked = false
+                turnWaitSamples = nil
             } else {
                 let start = runStart ?? from
                 runStart = start
@@ -89,9 +112,15 @@ public struct VADStateMachine: Sendable, Hashable {
             runStart = nil
             let silence = to - lastSpeechEnd
             if inSpeech && maxPauseSamples > 0 {
-                if silence >= maxPauseSamples {
+                if let wait = turnWaitSamples, silence >= wait {
                     inSpeech = false
                     asked = false
+                    turnWaitSamples = nil
+                    actions.append(.speechEnd(end: lastSpeechEnd, reason: .turnModel(probability: turnProbability)))
+                } else if silence >= maxPauseSamples {
+                    inSpeech = false
+                    asked = false
+                    turnWaitSamples = nil
                     actions.append(.speechEnd(end: lastSpeechEnd, reason: .silence))
                 } else if silence >= stopSamples && !asked {
                     asked = true

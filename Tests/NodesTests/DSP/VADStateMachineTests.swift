@@ -105,4 +105,37 @@ struct VADStateMachineTests {
         #expect(m.observe(speech: false, from: 640, to: 960) == [.speechEnd(end: 320, reason: .silence)])
         #expect(m.turnDecision(complete: true, probability: 0.8).isEmpty)
     }
+
+    /// turn_policy scaled: the answer sets the pause to wait out; speech resuming first keeps the turn.
+    @Test func aScaledWaitEndsThePauseAtItsLengthUnlessSpeechResumes() {
+        // 320-sample blocks; stop after 2 blocks of silence, longest pause 20 blocks.
+        var m = VADStateMachine(startSamples: 320, stopSamples: 640, maxPauseSamples: 6400)
+        _ = m.observe(speech: true, from: 0, to: 320)
+        #expect(m.observe(speech: false, from: 320, to: 640).isEmpty)
+        #expect(m.observe(speech: false, from: 640, to: 960) == [.checkTurn(end: 320)])
+        // Unsure (a wait of 6 blocks = 1920 samples of silence): nothing yet after 4 blocks of silence...
+        #expect(m.turnWait(probability: 0.4, waitSamples: 1920).isEmpty)
+        #expect(m.observe(speech: false, from: 960, to: 1280).isEmpty)
+        // ...speech resumes: the turn goes on and the wait is forgotten.
+        _ = m.observe(speech: true, from: 1280, to: 1600)
+        for b in 0..<2 { #expect(m.observe(speech: false, from: 1600 + Int64(b) * 320, to: 1920 + Int64(b) * 320).count == (b == 1 ? 1 : 0)) }
+        // Sure (a wait shorter than the silence already seen): it ends at once, with the model's reason.
+        #expect(m.turnWait(probability: 0.95, waitSamples: 320) == [.speechEnd(end: 1600, reason: .turnModel(probability: 0.95))])
+        #expect(!m.inSpeech)
+    }
+
+    @Test func aScaledWaitEndsWhenTheSilenceReachesIt() {
+        var m = VADStateMachine(startSamples: 320, stopSamples: 640, maxPauseSamples: 6400)
+        _ = m.observe(speech: true, from: 0, to: 320)
+        _ = m.observe(speech: false, from: 320, to: 640)
+        _ = m.observe(speech: false, from: 640, to: 960)
+        #expect(m.turnWait(probability: 0.6, waitSamples: 1600).isEmpty)
+        var ends: [(Int64, VADStateMachine.Action)] = []
+        for b in 3..<30 {
+            for a in m.observe(speech: false, from: Int64(b) * 320, to: Int64(b + 1) * 320) { ends.append((Int64(b + 1) * 320, a)) }
+        }
+        #expect(ends.map(\.1) == [.speechEnd(end: 320, reason: .turnModel(probability: 0.6))])
+        // At 1600 samples of silence after the last speech (sample 320 + 1600), not at the longest pause.
+        #expect(ends.first?.0 == 1920)
+    }
 }
