@@ -1,7 +1,6 @@
 import Foundation
 import NATSClient
 import PipelineCore
-import Yams
 
 /// What `voicepipe serve FILE` reads (DESIGN.md, "voicepipe serve"): where to listen, how many sessions
 /// at once, and routes, each a protocol front-end and a graph template whose `app-source` receives the
@@ -123,18 +122,18 @@ struct ServeConfiguration: Sendable {
         }
         var issues: [GraphIssue] = []
         let substituted = GraphLoader.substitute(text, file: path, environment: environment, issues: &issues)
-        let root: Yams.Node?
+        let root: YAMLNode?
         do {
-            root = try Yams.compose(yaml: substituted)
+            root = try YAMLNode.compose(yaml: substituted)
         } catch {
             throw GraphError(issues + [GraphIssue(.syntax, at: SourceLocation(file: path, line: 0, column: 0), "YAML syntax error: \(error)")])
         }
         var config = ServeConfiguration()
-        func at(_ n: Yams.Node) -> SourceLocation {
+        func at(_ n: YAMLNode) -> SourceLocation {
             SourceLocation(file: path, line: (n.mark?.line ?? 0), column: (n.mark?.column ?? 0))
         }
-        func problem(_ n: Yams.Node, _ message: String) { issues.append(GraphIssue(.structure, at: at(n), message)) }
-        func int(_ n: Yams.Node, _ name: String, _ range: ClosedRange<Int>) -> Int? {
+        func problem(_ n: YAMLNode, _ message: String) { issues.append(GraphIssue(.structure, at: at(n), message)) }
+        func int(_ n: YAMLNode, _ name: String, _ range: ClosedRange<Int>) -> Int? {
             guard let v = n.scalar.flatMap({ Int($0.string) }), range.contains(v) else {
                 problem(n, "\(name): expected an integer in \(range.lowerBound)...\(range.upperBound), got '\(n.scalar?.string ?? "a collection")'")
                 return nil
@@ -202,7 +201,7 @@ struct ServeConfiguration: Sendable {
         return config
     }
 
-    private static func parseNATS(_ n: Yams.Node, problem: (Yams.Node, String) -> Void, int: (Yams.Node, String, ClosedRange<Int>) -> Int?) -> NATS? {
+    private static func parseNATS(_ n: YAMLNode, problem: (YAMLNode, String) -> Void, int: (YAMLNode, String, ClosedRange<Int>) -> Int?) -> NATS? {
         guard let m = n.mapping else { problem(n, "nats: expected { url: \"nats://127.0.0.1:4222\", stream: VOICEPIPE }"); return nil }
         var nats = NATS(url: "")
         for (k, v) in m {
@@ -236,8 +235,8 @@ struct ServeConfiguration: Sendable {
         return nats
     }
 
-    private static func parseRoute(_ n: Yams.Node, baseDir: String, registry: NodeRegistry, environment: [String: String],
-                                   problem: (Yams.Node, String) -> Void, int: (Yams.Node, String, ClosedRange<Int>) -> Int?,
+    private static func parseRoute(_ n: YAMLNode, baseDir: String, registry: NodeRegistry, environment: [String: String],
+                                   problem: (YAMLNode, String) -> Void, int: (YAMLNode, String, ClosedRange<Int>) -> Int?,
                                    graphIssues issues: inout [GraphIssue]) -> Route? {
         guard let m = n.mapping else { problem(n, "a route is a mapping with name, protocol, path or port, and graph"); return nil }
         var name: String?, kind: FrontEnd?, path: String?, port: Int?, graph: String?
@@ -262,7 +261,7 @@ struct ServeConfiguration: Sendable {
             case "keys":
                 guard let km = v.mapping else { problem(v, "keys: expected { \"APPID\": { secret_id: …, secret_key: … } }"); continue }
                 for (appid, entry) in km {
-                    let list = entry.sequence.map(Array.init) ?? [entry]
+                    let list = entry.sequence ?? [entry]
                     for e in list {
                         guard let em = e.mapping, let id = em["secret_id"]?.string, let key = em["secret_key"]?.string, !id.isEmpty, !key.isEmpty else {
                             problem(e, "keys.\(appid.string ?? "?"): expected { secret_id: …, secret_key: … } with both set")
