@@ -86,7 +86,7 @@ struct RunCommand: AsyncParsableCommand {
             for p in pipelines {
                 group.addTask {
                     do { try await p.run(); return nil } catch let e as PipelineError { return e } catch {
-                        return PipelineError(node: "?", code: "failed", message: "\(error)")
+                        return PipelineError(node: "?", code: .nodeFailed, message: "\(error)")
                     }
                 }
             }

@@ -257,7 +257,7 @@ public struct ASREngineDescriptor: Sendable {
         self.decode = { decoder in try Configuration(from: decoder) }
         self.make = { engineConfiguration, node, env in
             guard let c = engineConfiguration as? Configuration else {
-                throw NodeError("configuration_mismatch", "node '\(env.id)': asr engine \(name): configuration is not a \(Configuration.self)")
+                throw NodeError(.configurationMismatch, "node '\(env.id)': asr engine \(name): configuration is not a \(Configuration.self)")
             }
             return try make(c, node, env)
         }

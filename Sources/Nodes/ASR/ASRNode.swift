@@ -14,7 +14,7 @@ public actor ASRNode: Node {
     init(configuration c: Configuration, environment: NodeEnvironment) throws {
         engineName = c.engine
         guard let descriptor = c.engineDescriptor else {
-            throw NodeError("unknown_engine", "asr: unknown engine '\(engineName)'; expected one of \(ASREngines.all.map(\.name).joined(separator: ", "))")
+            throw NodeError(.unknownEngine, "asr: unknown engine '\(engineName)'; expected one of \(ASREngines.all.map(\.name).joined(separator: ", "))")
         }
         if let why = c.unavailable(environment.variables), let fallback = c.fallback, fallback != c.engine, let other = ASREngines.descriptor(fallback), let fc = c.fallbackConfiguration {
             environment.logger.warning("asr: engine \(c.engine) is not available here (\(why)); using \(fallback) instead")

@@ -114,11 +114,11 @@ final class PocketSphinxDecoder: @unchecked Sendable {
             vp_ps_config(Int32(buf.count), buf.baseAddress)
         }
         guard let config else {
-            throw NodeError("asr_config", "pocketsphinx refused its configuration: \(settings.arguments.joined(separator: " "))")
+            throw NodeError(.asrConfig, "pocketsphinx refused its configuration: \(settings.arguments.joined(separator: " "))")
         }
         defer { cmd_ln_free_r(config) }
         guard let decoder = ps_init(config) else {
-            throw NodeError("asr_model", "pocketsphinx could not load its models (acoustic model \(settings.acousticModel), dictionary \(settings.dictionary)); check the paths and that the grammar or keyphrase words are in the dictionary")
+            throw NodeError(.asrModel, "pocketsphinx could not load its models (acoustic model \(settings.acousticModel), dictionary \(settings.dictionary)); check the paths and that the grammar or keyphrase words are in the dictionary")
         }
         self.decoder = decoder
     }
@@ -144,7 +144,7 @@ final class PocketSphinxDecoder: @unchecked Sendable {
     /// Begins an utterance.
     func start() throws {
         if inUtterance { _ = ps_end_utt(decoder) }
-        guard ps_start_utt(decoder) >= 0 else { throw NodeError("asr_decoder", "pocketsphinx could not start an utterance") }
+        guard ps_start_utt(decoder) >= 0 else { throw NodeError(.asrDecoder, "pocketsphinx could not start an utterance") }
         inUtterance = true
     }
 
@@ -152,7 +152,7 @@ final class PocketSphinxDecoder: @unchecked Sendable {
     func process(_ samples: [Int16]) throws {
         guard inUtterance, !samples.isEmpty else { return }
         let r = samples.withUnsafeBufferPointer { ps_process_raw(decoder, $0.baseAddress, $0.count, 0, 0) }
-        guard r >= 0 else { throw NodeError("asr_decoder", "pocketsphinx failed decoding audio") }
+        guard r >= 0 else { throw NodeError(.asrDecoder, "pocketsphinx failed decoding audio") }
     }
 
     /// The current best hypothesis ("" when none).

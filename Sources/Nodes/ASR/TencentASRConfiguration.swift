@@ -84,12 +84,12 @@ public struct TencentASRConfiguration: Sendable {
         if sid == nil { missing.append("secret_id (or TENCENTCLOUD_SECRET_ID)") }
         if skey == nil { missing.append("secret_key (or TENCENTCLOUD_SECRET_KEY)") }
         guard let app, let sid, let skey else {
-            throw NodeError("missing_credentials", "engine tencent needs " + missing.joined(separator: ", "))
+            throw NodeError(.missingCredentials, "engine tencent needs " + missing.joined(separator: ", "))
         }
         let endpoint: TencentEndpoint
         if let e = p.endpoint, !e.isEmpty {
             guard let parsed = TencentEndpoint(e) else {
-                throw NodeError("bad_endpoint", "endpoint \"\(e)\": expected ws://host[:port][/prefix] or wss://...")
+                throw NodeError(.badEndpoint, "endpoint \"\(e)\": expected ws://host[:port][/prefix] or wss://...")
             }
             endpoint = parsed
         } else {

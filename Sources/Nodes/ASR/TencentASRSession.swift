@@ -168,7 +168,7 @@ actor TencentASRSession {
                 try await results.send(.error(code: "server_error_\(code)", message: "Tencent ASR error \(code): \(what) (\(TerminalText.escape(message)))",
                                               voiceID: flowVoiceID))
                 if TencentServerMessage.isFatal(code: code) {
-                    throw NodeError("server_error_\(code)", "Tencent ASR refused the connection with code \(code): \(what) (\(message))")
+                    throw NodeError(NodeErrorCode("server_error_\(code)"), "Tencent ASR refused the connection with code \(code): \(what) (\(message))")
                 }
                 try await retry(reason: "server error \(code)")
             case .closed(let reason):
@@ -195,7 +195,7 @@ actor TencentASRSession {
                                           voiceID: flowVoiceID))
             try await clock.sleep(for: delay)
         case .giveUp(let attempts):
-            throw NodeError("connection_failed", "Tencent ASR: \(reason); gave up after \(attempts) reconnection attempts")
+            throw NodeError(.connectionFailed, "Tencent ASR: \(reason); gave up after \(attempts) reconnection attempts")
         }
     }
 

@@ -338,7 +338,7 @@ public struct WhisperEngine: ASREngine {
         configuration: Configuration.self,
         make: { c, node, env in
             guard let path = WhisperFiles.model(c.model, env.variables) else {
-                throw NodeError("whisper_model", "node '\(env.id)': no whisper model: set model, or VOICEPIPE_WHISPER_MODEL, or run scripts/install-whisper.sh")
+                throw NodeError(.whisperModel, "node '\(env.id)': no whisper model: set model, or VOICEPIPE_WHISPER_MODEL, or run scripts/install-whisper.sh")
             }
             try WhisperLibrary.load(env.variables)
             let model = try WhisperModel.shared(path: path)

@@ -95,7 +95,7 @@ public enum WhisperLibrary {
             var message = [CChar](repeating: 0, count: 512)
             guard vp_whisper_load(path, &message, message.count) == 0 else {
                 let why = cString(message)
-                throw NodeError("whisper_library_missing",
+                throw NodeError(.whisperLibraryMissing,
                                 "asr engine whisper needs whisper.cpp's libwhisper, which could not be loaded from \(path) (\(why)); run scripts/install-whisper.sh, or set VOICEPIPE_WHISPER_LIBRARY to a libwhisper.so.1")
             }
             state = path
@@ -126,7 +126,7 @@ final class WhisperModel: @unchecked Sendable {
     /// The model in `path`, loaded on first use and then shared (keyed by the file's real path).
     /// Models stay loaded for the life of the process, so sessions that come and go reuse them.
     static func shared(path: String) throws -> WhisperModel {
-        if let problem = WhisperFiles.modelProblem(path) { throw NodeError("whisper_model", problem) }
+        if let problem = WhisperFiles.modelProblem(path) { throw NodeError(.whisperModel, problem) }
         let key = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)).map {
             $0.hasPrefix("/") ? $0 : ((path as NSString).deletingLastPathComponent as NSString).appendingPathComponent($0)
         } ?? URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
@@ -134,7 +134,7 @@ final class WhisperModel: @unchecked Sendable {
             if let model = models[key] { return model }
             var message = [CChar](repeating: 0, count: 512)
             guard let pointer = vp_whisper_model_load(key, &message, message.count) else {
-                throw NodeError("whisper_model", "cannot load whisper model \(path): \(cString(message))")
+                throw NodeError(.whisperModel, "cannot load whisper model \(path): \(cString(message))")
             }
             let model = WhisperModel(pointer: pointer, path: key)
             models[key] = model
@@ -348,7 +348,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
             if let state {
                 result = Result { try run(job, state: state, abort: worker.abort) }
             } else {
-                result = .failure(NodeError("whisper_state", "whisper.cpp could not allocate a decoder for \(name) (out of memory?)"))
+                result = .failure(NodeError(.whisperState, "whisper.cpp could not allocate a decoder for \(name) (out of memory?)"))
             }
 
             condition.lock()
@@ -379,7 +379,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
             }
         }
         guard rc == 0 else {
-            throw NodeError("whisper_decode", cString(error))
+            throw NodeError(.whisperDecode, cString(error))
         }
         var segments: [WhisperSegment] = []
         for s in 0..<vp_whisper_n_segments(state) {

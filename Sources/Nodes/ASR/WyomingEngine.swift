@@ -317,7 +317,7 @@ public struct WyomingEngine: ASREngine {
         configuration: Configuration.self,
         make: { c, _, env in
             guard let uri = c.uri, case .success(let address) = WyomingAddress.parse(uri) else {
-                throw NodeError("bad_uri", "node '\(env.id)': engine wyoming needs a valid uri (tcp://HOST:PORT or unix://PATH)")
+                throw NodeError(.badUri, "node '\(env.id)': engine wyoming needs a valid uri (tcp://HOST:PORT or unix://PATH)")
             }
             var policy = TencentReconnectPolicy(initialDelay: .milliseconds(250), maxDelay: .seconds(4), maxAttempts: max(1, c.reconnectAttempts ?? 3))
             if c.reconnectAttempts == 0 { policy.maxAttempts = 1 }

@@ -42,7 +42,7 @@ final class ALSAPCM {
         try check(spec, snd_pcm_hw_params_any(pcm, hw), doing: "read hardware parameters")
         try check(spec, snd_pcm_hw_params_set_access(pcm, hw, SND_PCM_ACCESS_RW_INTERLEAVED), doing: "set interleaved access")
         if snd_pcm_hw_params_set_format(pcm, hw, SND_PCM_FORMAT_S16_LE) < 0 {
-            throw NodeError("unsupported_format", "\(spec.label) does not support signed 16-bit samples; use a 'plughw:' or 'default' device, which converts")
+            throw NodeError(.unsupportedFormat, "\(spec.label) does not support signed 16-bit samples; use a 'plughw:' or 'default' device, which converts")
         }
         var channels = UInt32(spec.format.channels)
         try check(spec, snd_pcm_hw_params_set_channels_near(pcm, hw, &channels), doing: "set \(spec.format.channels) channels")
@@ -68,13 +68,13 @@ final class ALSAPCM {
         let text = String(cString: snd_strerror(rc))
         switch -rc {
         case ENOENT, ENODEV, ENXIO:
-            return NodeError("device_not_found", "\(spec.label) not found (\(text)); `voicepipe devices` lists the available devices")
+            return NodeError(.deviceNotFound, "\(spec.label) not found (\(text)); `voicepipe devices` lists the available devices")
         case EBUSY:
-            return NodeError("device_busy", "\(spec.label) is busy (\(text)): another program holds it")
+            return NodeError(.deviceBusy, "\(spec.label) is busy (\(text)): another program holds it")
         case ECONNREFUSED, EHOSTDOWN:
-            return NodeError("server_unavailable", "\(spec.label): cannot reach the sound server (\(text))")
+            return NodeError(.serverUnavailable, "\(spec.label): cannot reach the sound server (\(text))")
         default:
-            return NodeError("device_error", "\(spec.label): cannot \(what): \(text)")
+            return NodeError(.deviceError, "\(spec.label): cannot \(what): \(text)")
         }
     }
 }

@@ -64,7 +64,7 @@ public actor AudioCaptureNode: Node {
                     backend.close()
                     if handoff.isStopped { return }
                     guard policy != .fail else {
-                        handoff.finish(.failed(NodeError("device_lost", "\(spec.label) lost: \(DeviceReopen.message(error))")))
+                        handoff.finish(.failed(NodeError(.deviceLost, "\(spec.label) lost: \(DeviceReopen.message(error))")))
                         return
                     }
                     handoff.notify(.lost(DeviceReopen.message(error)))
@@ -80,7 +80,7 @@ public actor AudioCaptureNode: Node {
         }
 
         var deviceFormat = try await opened.wait(timeout: openTimeout) {
-            NodeError("device_timeout", "\(spec.label) did not open within \(Self.describe(self.openTimeout)); is it stuck or the server hung?")
+            NodeError(.deviceTimeout, "\(spec.label) did not open within \(Self.describe(self.openTimeout)); is it stuck or the server hung?")
         }
         let output = spec.format
         var converter: AudioConverter?

@@ -225,7 +225,7 @@ public actor AudioPlaybackNode: Node {
             let queuedMs = Int(min(queuedFrames * 1000 / Int64(max(d.format.sampleRate, 1)), 600_000))
             let bound = Duration.milliseconds(min(queuedMs, 60_000) + spec.latencyMs + 2000)
             _ = try await d.done.wait(timeout: bound) { [spec] in
-                NodeError("drain_timeout", "\(spec.label) did not finish playing within \(AudioCaptureNode.describe(bound))")
+                NodeError(.drainTimeout, "\(spec.label) did not finish playing within \(AudioCaptureNode.describe(bound))")
             }
             let u = d.queue.underruns
             if u > reportedUnderruns { context.count("underruns", by: UInt64(u - reportedUnderruns)) }
@@ -315,7 +315,7 @@ public actor AudioPlaybackNode: Node {
                         played?.yield(samples)
                     } catch {
                         backend.close()
-                        guard policy != .fail else { throw NodeError("device_lost", "\(immutableSpec.label) lost: \(DeviceReopen.message(error))") }
+                        guard policy != .fail else { throw NodeError(.deviceLost, "\(immutableSpec.label) lost: \(DeviceReopen.message(error))") }
                         lost = true
                         nextAttempt = policy == .reopen ? .now : .now + DeviceReopen.retryInterval
                         losses.append(.lost(message: DeviceReopen.message(error), at: .now))
@@ -333,7 +333,7 @@ public actor AudioPlaybackNode: Node {
             }
         }
         let deviceFormat = try await opened.wait(timeout: openTimeout) { [openTimeout] in
-            NodeError("device_timeout", "\(immutableSpec.label) did not open within \(AudioCaptureNode.describe(openTimeout)); is it stuck or the server hung?")
+            NodeError(.deviceTimeout, "\(immutableSpec.label) did not open within \(AudioCaptureNode.describe(openTimeout)); is it stuck or the server hung?")
         }
         context.logger.info("\(spec.label) open for playback: \(deviceFormat), \(spec.latencyMs) ms buffer")
         return Open(queue: queue, done: done, format: deviceFormat, losses: losses, written: written)

@@ -42,7 +42,7 @@ struct DevicePresence {
         next = .now + interval
         guard let devices = try? PulseDeviceList.list(timeout: .milliseconds(500)) else { return }
         if !devices.contains(where: { $0.name == spec.device && $0.kind == kind }) {
-            throw NodeError("device_lost", "\(spec.label) was removed from the server")
+            throw NodeError(.deviceLost, "\(spec.label) was removed from the server")
         }
     }
 }

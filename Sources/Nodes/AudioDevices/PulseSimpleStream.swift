@@ -43,15 +43,15 @@ final class PulseSimpleStream {
         let server = ProcessInfo.processInfo.environment["PULSE_SERVER"].map { "server '\($0)'" } ?? "the default server"
         switch UInt32(code) {
         case PA_ERR_NOENTITY.rawValue:
-            return NodeError("device_not_found", "\(spec.label) not found on \(server) (\(text)); `voicepipe devices` lists the available devices")
+            return NodeError(.deviceNotFound, "\(spec.label) not found on \(server) (\(text)); `voicepipe devices` lists the available devices")
         case PA_ERR_CONNECTIONREFUSED.rawValue, PA_ERR_INVALIDSERVER.rawValue, PA_ERR_TIMEOUT.rawValue, PA_ERR_CONNECTIONTERMINATED.rawValue:
-            return NodeError("server_unavailable", "\(spec.label): cannot reach PulseAudio at \(server) (\(text)); is the daemon running?")
+            return NodeError(.serverUnavailable, "\(spec.label): cannot reach PulseAudio at \(server) (\(text)); is the daemon running?")
         case PA_ERR_BUSY.rawValue:
-            return NodeError("device_busy", "\(spec.label) is busy (\(text))")
+            return NodeError(.deviceBusy, "\(spec.label) is busy (\(text))")
         case PA_ERR_NOTSUPPORTED.rawValue, PA_ERR_INVALID.rawValue:
-            return NodeError("unsupported_format", "\(spec.label) refuses \(spec.format) s16 (\(text))")
+            return NodeError(.unsupportedFormat, "\(spec.label) refuses \(spec.format) s16 (\(text))")
         default:
-            return NodeError("device_error", "\(spec.label): cannot \(what): \(text)")
+            return NodeError(.deviceError, "\(spec.label): cannot \(what): \(text)")
         }
     }
 }

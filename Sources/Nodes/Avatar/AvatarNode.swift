@@ -30,7 +30,7 @@ public actor AvatarNode: Node {
         do {
             client = try IVHClient(s.api)
         } catch let e as IVHError {
-            throw NodeError(e.stableCode, e.description)
+            throw NodeError(NodeErrorCode(e.stableCode), e.description)
         }
         var session: IVHSession?
         var failure: (any Error)?
@@ -71,7 +71,7 @@ public actor AvatarNode: Node {
         _ = await Self.shieldedResult { try await client.shutdown() }
         guard let failure else { return }
         if failure is CancellationError { return }
-        if let e = failure as? IVHError { throw NodeError(e.stableCode, e.description) }
+        if let e = failure as? IVHError { throw NodeError(NodeErrorCode(e.stableCode), e.description) }
         throw failure
     }
 

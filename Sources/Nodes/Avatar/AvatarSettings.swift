@@ -24,13 +24,13 @@ struct AvatarSettings: Sendable {
     init(configuration c: AvatarNode.Configuration, environment: [String: String]) throws {
         let appkey = c.appkey.flatMap { $0.isEmpty ? nil : $0 } ?? environment["IVH_APPKEY"] ?? ""
         let token = c.accessToken.flatMap { $0.isEmpty ? nil : $0 } ?? environment["IVH_ACCESS_TOKEN"] ?? ""
-        guard !appkey.isEmpty else { throw NodeError("ivh_configuration", "no appkey: set the avatar node's appkey parameter or IVH_APPKEY") }
-        guard !token.isEmpty else { throw NodeError("ivh_configuration", "no access token: set the avatar node's access_token parameter or IVH_ACCESS_TOKEN") }
+        guard !appkey.isEmpty else { throw NodeError(.ivhConfiguration, "no appkey: set the avatar node's appkey parameter or IVH_APPKEY") }
+        guard !token.isEmpty else { throw NodeError(.ivhConfiguration, "no access token: set the avatar node's access_token parameter or IVH_ACCESS_TOKEN") }
         let caFile = c.caFile.flatMap { $0.isEmpty ? nil : $0 }
         api = IVHConfiguration(baseURL: c.baseURL, appkey: appkey, accessToken: token,
                                caFile: caFile, timeout: .milliseconds(Int64(c.timeoutS * 1000)))
         guard let driver = IVHDriverType(name: c.driverType) else {
-            throw NodeError("bad_parameter", "driver_type must be text, audio or voice (1, 2, 3)")
+            throw NodeError(.badParameter, "driver_type must be text, audio or voice (1, 2, 3)")
         }
         newSession = IVHNewSessionRequest(userID: c.userID, protocolName: c.protocolName,
                                           driverType: driver, virtualmanProjectID: c.virtualmanProjectID,

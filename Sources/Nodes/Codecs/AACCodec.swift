@@ -39,10 +39,10 @@ public final class AACEncoderHandle {
     private var error = [CChar](repeating: 0, count: 256)
 
     public init(format: AudioFormat, bitrate: Int) throws {
-        if let p = AACRates.problem(format, node: "aac-encode") { throw NodeError("unsupported_format", p) }
+        if let p = AACRates.problem(format, node: "aac-encode") { throw NodeError(.unsupportedFormat, p) }
         self.format = format
         guard let e = vp_aac_encoder_create(Int32(format.sampleRate), Int32(format.channels), Int32(bitrate), &error, error.count) else {
-            throw NodeError("encoder_failed", "cannot create the AAC encoder: \(avMessage(error))")
+            throw NodeError(.encoderFailed, "cannot create the AAC encoder: \(avMessage(error))")
         }
         encoder = e
         frameSamples = Int(vp_aac_encoder_frame_size(e))
@@ -54,13 +54,13 @@ public final class AACEncoderHandle {
     /// Encodes one frame of `frameSamples` per channel from `samples[offset...]` (nil: drain); returns the packets ready.
     public func encode(_ samples: UnsafeBufferPointer<Int16>?, offset: Int = 0) throws -> [[UInt8]] {
         let rc = vp_aac_encoder_send(encoder, samples.map { $0.baseAddress! + offset }, &error, error.count)
-        guard rc == 0 else { throw NodeError("encode_failed", avMessage(error)) }
+        guard rc == 0 else { throw NodeError(.encodeFailed, avMessage(error)) }
         var out: [[UInt8]] = []
         while true {
             var pts: Int64 = 0
             let n = packet.withUnsafeMutableBufferPointer { vp_aac_encoder_receive(encoder, $0.baseAddress!, Int32($0.count), &pts, &error, error.count) }
             if n > 0 { out.append(Array(packet[0..<Int(n)])); continue }
-            if n == -2 { throw NodeError("encode_failed", avMessage(error)) }
+            if n == -2 { throw NodeError(.encodeFailed, avMessage(error)) }
             return out
         }
     }
@@ -74,14 +74,14 @@ public final class AACDecoderHandle {
     private var error = [CChar](repeating: 0, count: 256)
 
     public init(format: AudioFormat, config: [UInt8]? = nil) throws {
-        if let p = AACRates.problem(format, node: "aac-decode") { throw NodeError("unsupported_format", p) }
+        if let p = AACRates.problem(format, node: "aac-decode") { throw NodeError(.unsupportedFormat, p) }
         self.format = format
         pcm = [Int16](repeating: 0, count: 8 * 2048 * format.channels)
         var message = [CChar](repeating: 0, count: 256)
         let made: OpaquePointer? = (config ?? []).withUnsafeBufferPointer { c in
             vp_aac_decoder_create(Int32(format.sampleRate), Int32(format.channels), c.baseAddress, Int32(c.count), &message, message.count)
         }
-        guard let made else { throw NodeError("decoder_failed", "cannot create the AAC decoder: \(avMessage(message))") }
+        guard let made else { throw NodeError(.decoderFailed, "cannot create the AAC decoder: \(avMessage(message))") }
         decoder = made
     }
 
@@ -95,7 +95,7 @@ public final class AACDecoderHandle {
                 vp_aac_decoder_decode(decoder, p.baseAddress, Int32(p.count), out.baseAddress!, Int32(out.count), &channels, &rate, &error, error.count)
             }
         }
-        guard n >= 0 else { throw NodeError("decode_failed", avMessage(error)) }
+        guard n >= 0 else { throw NodeError(.decodeFailed, avMessage(error)) }
         return Array(pcm[0..<(Int(n) * format.channels)])
     }
 }

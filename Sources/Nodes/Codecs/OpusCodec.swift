@@ -30,12 +30,12 @@ public final class OpusEncoderHandle {
 
     public init(format: AudioFormat, frameMs: Int, application: Int32, bitrate: Int?, fec: Bool, expectedLoss: Int,
          dtx: Bool, complexity: Int?) throws {
-        if let p = OpusRates.problem(format, node: "opus-encode") { throw NodeError("unsupported_format", p) }
+        if let p = OpusRates.problem(format, node: "opus-encode") { throw NodeError(.unsupportedFormat, p) }
         self.format = format
         frameSamples = format.sampleRate * frameMs / 1000
         var err: Int32 = 0
         guard let e = opus_encoder_create(Int32(format.sampleRate), Int32(format.channels), application, &err), err == OPUS_OK else {
-            throw NodeError("encoder_failed", "cannot create the Opus encoder: \(OpusRates.message(err))")
+            throw NodeError(.encoderFailed, "cannot create the Opus encoder: \(OpusRates.message(err))")
         }
         encoder = e
         if let bitrate { _ = voicepipe_opus_set_bitrate(e, Int32(bitrate)) }
@@ -59,7 +59,7 @@ public final class OpusEncoderHandle {
         let n = packet.withUnsafeMutableBufferPointer { out in
             opus_encode(encoder, samples.baseAddress! + offset, Int32(frameSamples), out.baseAddress!, Int32(out.count))
         }
-        guard n >= 0 else { throw NodeError("encode_failed", "Opus encoding failed: \(OpusRates.message(n))") }
+        guard n >= 0 else { throw NodeError(.encodeFailed, "Opus encoding failed: \(OpusRates.message(n))") }
         return Array(packet[0..<Int(n)])
     }
 }
@@ -73,13 +73,13 @@ public final class OpusDecoderHandle {
     public let maxFrame: Int
 
     public init(format: AudioFormat) throws {
-        if let p = OpusRates.problem(format, node: "opus-decode") { throw NodeError("unsupported_format", p) }
+        if let p = OpusRates.problem(format, node: "opus-decode") { throw NodeError(.unsupportedFormat, p) }
         self.format = format
         maxFrame = format.sampleRate * 120 / 1000
         pcm = [Int16](repeating: 0, count: maxFrame * format.channels)
         var err: Int32 = 0
         guard let d = opus_decoder_create(Int32(format.sampleRate), Int32(format.channels), &err), err == OPUS_OK else {
-            throw NodeError("decoder_failed", "cannot create the Opus decoder: \(OpusRates.message(err))")
+            throw NodeError(.decoderFailed, "cannot create the Opus decoder: \(OpusRates.message(err))")
         }
         decoder = d
     }
@@ -99,7 +99,7 @@ public final class OpusDecoderHandle {
             }
             return opus_decode(decoder, nil, 0, out.baseAddress!, size, 0)
         }
-        guard n >= 0 else { throw NodeError("decode_failed", "Opus decoding failed: \(OpusRates.message(n))") }
+        guard n >= 0 else { throw NodeError(.decodeFailed, "Opus decoding failed: \(OpusRates.message(n))") }
         return Array(pcm[0..<(Int(n) * format.channels)])
     }
 }

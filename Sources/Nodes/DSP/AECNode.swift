@@ -194,19 +194,19 @@ public actor AECNode: Node {
     private func open(_ format: AudioFormat) throws {
         guard [16000, 32000, 48000].contains(format.sampleRate), (1...2).contains(format.channels),
               format.channels == 1 || configuration.engine == .webrtc else {
-            throw NodeError("unsupported_format", "aec takes 16000, 32000 or 48000 Hz mono audio (stereo with engine: webrtc), got \(format); "
+            throw NodeError(.unsupportedFormat, "aec takes 16000, 32000 or 48000 Hz mono audio (stereo with engine: webrtc), got \(format); "
                             + "put a `resample` node (e.g. { type: resample, rate: 16000, channels: 1 }) before it")
         }
         handle = nil
         var message = [CChar](repeating: 0, count: 256)
         guard let c = vp_aec_create(Int32(format.sampleRate), Int32(format.channels), configuration.engine == .webrtc ? Int32(VP_AEC_WEBRTC) : Int32(VP_AEC_SPEEX),
                                     Int32(configuration.filterMs), &message, message.count) else {
-            throw NodeError("aec_failed", "cannot create the \(configuration.engine.rawValue) echo canceller: \(String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+            throw NodeError(.aecFailed, "cannot create the \(configuration.engine.rawValue) echo canceller: \(String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
         }
         vp_aec_set_delay_ms(c, Int32(configuration.delayMs))
         if configuration.noiseSuppression > 0 { _ = vp_aec_set_noise_suppression(c, Int32(configuration.noiseSuppression)) }
         if let level = configuration.suppression, vp_aec_set_suppression(c, Int32(level)) < 0 {
-            throw NodeError("aec_failed", "suppression \(level) is out of range for engine \(configuration.engine.rawValue) (webrtc: 0...2, speex: 0...3)")
+            throw NodeError(.aecFailed, "suppression \(level) is out of range for engine \(configuration.engine.rawValue) (webrtc: 0...2, speex: 0...3)")
         }
         handle = EchoCancellerHandle(c)
         micFormat = format

@@ -23,7 +23,7 @@ public final class AudioConverter {
             let ch = UInt32(min(input.channels, output.channels) == output.channels ? output.channels : input.channels)
             state = speex_resampler_init(ch, UInt32(input.sampleRate), UInt32(output.sampleRate), Int32(quality), &err)
             guard err == 0, state != nil else {
-                throw NodeError("resampler_failed", "cannot resample \(input.sampleRate) Hz to \(output.sampleRate) Hz: \(String(cString: speex_resampler_strerror(err)))")
+                throw NodeError(.resamplerFailed, "cannot resample \(input.sampleRate) Hz to \(output.sampleRate) Hz: \(String(cString: speex_resampler_strerror(err)))")
             }
             speex_resampler_skip_zeros(state)
         }

@@ -61,7 +61,7 @@ enum OnnxRuntime {
             var message = [CChar](repeating: 0, count: 512)
             guard let base = vp_ort_load(path, &message, message.count), let get = base.pointee.GetApi, let api = get(1) else {
                 let why = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                throw NodeError("onnxruntime_missing",
+                throw NodeError(.onnxruntimeMissing,
                                 "the silero VAD needs ONNX Runtime, which could not be loaded from \(path) (\(why)); run scripts/install-onnx.sh, or set VOICEPIPE_ONNXRUNTIME to a libonnxruntime.so")
             }
             let table = Table(pointer: api)
@@ -102,7 +102,7 @@ public final class SileroDetector {
         api = try OnnxRuntime.api(variables)
         self.threshold = Float(threshold)
         guard FileManager.default.isReadableFile(atPath: modelPath) else {
-            throw NodeError("vad_model_missing", "silero VAD model \(modelPath) not found or not readable; run scripts/install-onnx.sh or set model")
+            throw NodeError(.vadModelMissing, "silero VAD model \(modelPath) not found or not readable; run scripts/install-onnx.sh or set model")
         }
         do {
             try check(api.pointee.CreateEnv(Int32(ORT_LOGGING_LEVEL_ERROR), "voicepipe-vad", &env))
@@ -113,7 +113,7 @@ public final class SileroDetector {
             try check(api.pointee.CreateCpuMemoryInfo(Int32(OrtArenaAllocator), Int32(OrtMemTypeDefault), &memory))
         } catch let e as NodeError {
             release()
-            throw NodeError("vad_model", "cannot load the silero VAD model \(modelPath): \(e.message)")
+            throw NodeError(.vadModel, "cannot load the silero VAD model \(modelPath): \(e.message)")
         }
     }
 
@@ -131,7 +131,7 @@ public final class SileroDetector {
         guard let status else { return }
         let message = api.pointee.GetErrorMessage(status).map { String(cString: $0) } ?? "unknown error"
         api.pointee.ReleaseStatus(status)
-        throw NodeError("onnxruntime", message)
+        throw NodeError(.onnxruntime, message)
     }
 
     /// Feeds interleaved input audio whose first sample is input sample `position`; calls `decide`
@@ -175,7 +175,7 @@ public final class SileroDetector {
         var p: UnsafeMutableRawPointer?, s: UnsafeMutableRawPointer?
         try check(api.pointee.GetTensorMutableData(outputs[0], &p))
         try check(api.pointee.GetTensorMutableData(outputs[1], &s))
-        guard let p, let s else { throw NodeError("onnxruntime", "the silero model returned no output") }
+        guard let p, let s else { throw NodeError(.onnxruntime, "the silero model returned no output") }
         let probability = p.assumingMemoryBound(to: Float.self).pointee
         let next = s.assumingMemoryBound(to: Float.self)
         for k in 0..<state.count { state[k] = next[k] }

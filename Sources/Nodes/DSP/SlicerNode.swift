@@ -44,7 +44,7 @@ public actor SlicerNode: FrameProcessor {
             let frames: Int
             if let sliceBytes {
                 guard sliceBytes % (2 * f.channels) == 0 else {
-                    throw NodeError("bad_slice_size", "slice_bytes \(sliceBytes) is not a whole number of \(f.channels)-channel s16 samples")
+                    throw NodeError(.badSliceSize, "slice_bytes \(sliceBytes) is not a whole number of \(f.channels)-channel s16 samples")
                 }
                 frames = sliceBytes / (2 * f.channels)
             } else {

@@ -46,7 +46,7 @@ public final class SpeechDetector {
         self.thresholds = thresholds
         block = [Int16](repeating: 0, count: blockSamples)
         guard let s = speex_preprocess_state_init(Int32(blockSamples), Int32(Self.analysisRate)) else {
-            throw NodeError("vad_failed", "cannot create the speexdsp preprocessor")
+            throw NodeError(.vadFailed, "cannot create the speexdsp preprocessor")
         }
         state = s
         var on: Int32 = 1, off: Int32 = 0

@@ -89,14 +89,14 @@ public actor VADNode: Node {
             detector = try SpeechDetector(blockMs: 20, thresholds: thresholds)
         case .silero:
             guard let path = SileroFiles.model(model, variables) else {
-                throw NodeError("vad_model_missing", "no silero VAD model found (looked in \(SileroFiles.modelSearch)); run scripts/install-onnx.sh or set model")
+                throw NodeError(.vadModelMissing, "no silero VAD model found (looked in \(SileroFiles.modelSearch)); run scripts/install-onnx.sh or set model")
             }
             detector = try SileroDetector(modelPath: path, threshold: threshold, variables: variables)
         }
         var judge: SmartTurnModel?
         if turnModel == .smartTurn {
             guard let path = SmartTurnFiles.model(turnModelPath, variables) else {
-                throw NodeError("turn_model_missing", "no smart-turn model found (looked in \(SmartTurnFiles.modelSearch)); run scripts/install-smart-turn.sh or set turn_model_path")
+                throw NodeError(.turnModelMissing, "no smart-turn model found (looked in \(SmartTurnFiles.modelSearch)); run scripts/install-smart-turn.sh or set turn_model_path")
             }
             judge = try SmartTurnModel(modelPath: path, variables: variables)
             turn = TurnAudio()

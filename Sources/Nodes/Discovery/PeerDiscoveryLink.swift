@@ -48,9 +48,9 @@ final class PeerDiscoveryLink: Sendable {
                                     txt: ["id": id, "ctl": "\(session.controlPort)", "rtp": "\(settings.receivePort)", "codec": codec])
             mdnsEvents = try mdns.start()
         } catch let e as MulticastDNS.Failure {
-            throw NodeError("discovery_failed", "rtp-send: cannot advertise or browse \(settings.service): \(e.message)")
+            throw NodeError(.discoveryFailed, "rtp-send: cannot advertise or browse \(settings.service): \(e.message)")
         } catch {
-            throw NodeError("discovery_failed", "rtp-send: cannot start peer discovery: \(error)")
+            throw NodeError(.discoveryFailed, "rtp-send: cannot start peer discovery: \(error)")
         }
         let sessionEvents = session.start()
         context.logger.info("advertising '\(settings.name)' as \(settings.service) (RTP port \(settings.receivePort), invitations on UDP \(session.controlPort)); looking for a peer")

@@ -21,15 +21,15 @@ public final class CompressedAudioFile: @unchecked Sendable {
             let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? nil
             if let size, size < Self.tinyFileBytes, Self.startsLikeAudio(path) {
                 let kind = (path as NSString).pathExtension.uppercased()
-                throw NodeError("truncated_file", "\(path): only \(size) bytes, too short to hold \(kind.isEmpty ? "any" : kind) audio (was it cut short?)")
+                throw NodeError(.truncatedFile, "\(path): only \(size) bytes, too short to hold \(kind.isEmpty ? "any" : kind) audio (was it cut short?)")
             }
-            throw NodeError("unsupported_audio", "\(path): not a WAV file, and not audio FFmpeg can decode (\(avMessage(message)))")
+            throw NodeError(.unsupportedAudio, "\(path): not a WAV file, and not audio FFmpeg can decode (\(avMessage(message)))")
         }
         let rate = Int(vp_media_rate(r))
         guard (Int(VP_MEDIA_MIN_RATE)...Int(VP_MEDIA_MAX_RATE)).contains(rate) else {
             let codec = String(cString: vp_media_codec(r))
             vp_media_close(r)
-            throw NodeError("unsupported_audio", "\(path): \(codec) audio at \(rate) Hz; sample rates outside \(VP_MEDIA_MIN_RATE)...\(VP_MEDIA_MAX_RATE) Hz are not read (as for WAV)")
+            throw NodeError(.unsupportedAudio, "\(path): \(codec) audio at \(rate) Hz; sample rates outside \(VP_MEDIA_MIN_RATE)...\(VP_MEDIA_MAX_RATE) Hz are not read (as for WAV)")
         }
         self.path = path
         reader = r
@@ -60,7 +60,7 @@ public final class CompressedAudioFile: @unchecked Sendable {
     public func read(frames: Int) throws -> [Int16] {
         var out = [Int16](repeating: 0, count: max(1, frames) * format.channels)
         let n = out.withUnsafeMutableBufferPointer { vp_media_read(reader, $0.baseAddress!, Int32($0.count), &error, error.count) }
-        guard n >= 0 else { throw NodeError("decode_failed", "\(path): \(avMessage(error))") }
+        guard n >= 0 else { throw NodeError(.decodeFailed, "\(path): \(avMessage(error))") }
         out.removeLast(out.count - Int(n) * format.channels)
         return out
     }
@@ -74,6 +74,6 @@ public final class CompressedAudioFile: @unchecked Sendable {
 
     /// Back to the first sample.
     public func rewind() throws {
-        guard vp_media_rewind(reader, &error, error.count) == 0 else { throw NodeError("decode_failed", "\(path): \(avMessage(error))") }
+        guard vp_media_rewind(reader, &error, error.count) == 0 else { throw NodeError(.decodeFailed, "\(path): \(avMessage(error))") }
     }
 }

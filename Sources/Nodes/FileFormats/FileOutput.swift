@@ -24,7 +24,7 @@ final class FileOutput: @unchecked Sendable {
         let dir = (path as NSString).deletingLastPathComponent
         var isDirectory: ObjCBool = false
         if !dir.isEmpty, !FileManager.default.fileExists(atPath: dir, isDirectory: &isDirectory) {
-            throw NodeError("directory_not_found", "\(path): directory \(dir) does not exist")
+            throw NodeError(.directoryNotFound, "\(path): directory \(dir) does not exist")
         }
         var st = stat()
         if stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFIFO {
@@ -36,7 +36,7 @@ final class FileOutput: @unchecked Sendable {
         let d = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard d >= 0 else {
             let e = errno
-            throw NodeError(e == EISDIR ? "path_is_directory" : "file_unwritable",
+            throw NodeError(e == EISDIR ? .pathIsDirectory : .fileUnwritable,
                             "\(path): cannot open for writing: \(String(cString: strerror(e)))")
         }
         fd = d
@@ -61,10 +61,10 @@ final class FileOutput: @unchecked Sendable {
             if d >= 0 { return d }
             let e = errno
             guard e == ENXIO || e == EINTR else {
-                throw NodeError("file_unwritable", "\(path): cannot open the pipe for writing: \(String(cString: strerror(e)))")
+                throw NodeError(.fileUnwritable, "\(path): cannot open the pipe for writing: \(String(cString: strerror(e)))")
             }
             if Task.isCancelled {
-                throw NodeError("output_blocked", "\(path): no reader opened the pipe before the pipeline stopped; nothing was written")
+                throw NodeError(.outputBlocked, "\(path): no reader opened the pipe before the pipeline stopped; nothing was written")
             }
             if !noticed {
                 noticed = true
@@ -80,7 +80,7 @@ final class FileOutput: @unchecked Sendable {
         while true {
             if waited == 1000 { Self.logger.warning("\(path): the reader of the pipe is not reading; output waits") }
             if Task.isCancelled {
-                throw NodeError("output_blocked", "\(path): the reader of the pipe stopped reading; the output is incomplete")
+                throw NodeError(.outputBlocked, "\(path): the reader of the pipe stopped reading; the output is incomplete")
             }
             var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
             let r = poll(&p, 1, Self.pollMs)
@@ -142,10 +142,10 @@ final class FileOutput: @unchecked Sendable {
     func failure(_ e: Int32) -> NodeError {
         let what = path == "-" ? "standard output" : path
         switch e {
-        case EPIPE: return NodeError("output_closed", "\(what): the reader went away (broken pipe)")
-        case ENOSPC: return NodeError("disk_full", "\(what): no space left on device; the output is incomplete")
-        case EDQUOT: return NodeError("disk_full", "\(what): disk quota exceeded; the output is incomplete")
-        default: return NodeError("write_failed", "\(what): write failed: \(String(cString: strerror(e)))")
+        case EPIPE: return NodeError(.outputClosed, "\(what): the reader went away (broken pipe)")
+        case ENOSPC: return NodeError(.diskFull, "\(what): no space left on device; the output is incomplete")
+        case EDQUOT: return NodeError(.diskFull, "\(what): disk quota exceeded; the output is incomplete")
+        default: return NodeError(.writeFailed, "\(what): write failed: \(String(cString: strerror(e)))")
         }
     }
 

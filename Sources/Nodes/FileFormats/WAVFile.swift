@@ -73,17 +73,17 @@ public struct WAVHeader: Sendable, Hashable {
     /// Reads and checks the header of the file at `path`. Errors name the file and the problem.
     public static func read(path: String) throws -> WAVHeader {
         guard let h = FileHandle(forReadingAtPath: path) else {
-            throw NodeError(FileManager.default.fileExists(atPath: path) ? "file_unreadable" : "file_not_found",
+            throw NodeError(FileManager.default.fileExists(atPath: path) ? .fileUnreadable : .fileNotFound,
                             FileManager.default.fileExists(atPath: path) ? "\(path): cannot open for reading (permissions?)" : "\(path): no such file")
         }
         defer { try? h.close() }
         let fileSize = (try? h.seekToEnd()) ?? 0
         try h.seek(toOffset: 0)
         let head = try h.read(upToCount: 12) ?? Data()
-        guard head.count == 12 else { throw NodeError("truncated_wav", "\(path): file too short for a WAV header (\(fileSize) bytes)") }
+        guard head.count == 12 else { throw NodeError(.truncatedWav, "\(path): file too short for a WAV header (\(fileSize) bytes)") }
         guard head.prefix(4) == Data("RIFF".utf8), head.subdata(in: 8..<12) == Data("WAVE".utf8) else {
-            if head.prefix(4) == Data("RF64".utf8) { throw NodeError("unsupported_wav", "\(path): RF64 WAV files are not supported") }
-            throw NodeError("not_wav", "\(path): not a WAV file (no RIFF/WAVE header); for raw PCM give `raw: { rate: 16000, channels: 1 }`")
+            if head.prefix(4) == Data("RF64".utf8) { throw NodeError(.unsupportedWav, "\(path): RF64 WAV files are not supported") }
+            throw NodeError(.notWav, "\(path): not a WAV file (no RIFF/WAVE header); for raw PCM give `raw: { rate: 16000, channels: 1 }`")
         }
         var offset: UInt64 = 12
         var format: AudioFormat?
@@ -92,14 +92,14 @@ public struct WAVHeader: Sendable, Hashable {
             try h.seek(toOffset: offset)
             let ch = try h.read(upToCount: 8) ?? Data()
             guard ch.count == 8 else {
-                throw NodeError("truncated_wav", format == nil ? "\(path): truncated WAV: no `fmt ` chunk" : "\(path): truncated WAV: no `data` chunk")
+                throw NodeError(.truncatedWav, format == nil ? "\(path): truncated WAV: no `fmt ` chunk" : "\(path): truncated WAV: no `data` chunk")
             }
             let id = String(decoding: ch.prefix(4), as: UTF8.self)
             let size = UInt64(ch.le32(4))
             let body = offset + 8
             if id == "fmt " {
                 let f = try h.read(upToCount: Int(min(size, 64))) ?? Data()
-                guard f.count >= 16 else { throw NodeError("truncated_wav", "\(path): truncated `fmt ` chunk") }
+                guard f.count >= 16 else { throw NodeError(.truncatedWav, "\(path): truncated `fmt ` chunk") }
                 var tag = f.le16(0)
                 let channels = Int(f.le16(2)), rate = Int(f.le32(4)), bits = Int(f.le16(14))
                 if tag == 0xFFFE, f.count >= 26 { tag = f.le16(24) }   // WAVE_FORMAT_EXTENSIBLE: sub-format GUID starts with the tag
@@ -112,27 +112,27 @@ public struct WAVHeader: Sendable, Hashable {
                 case (3, 64): encoding = .f64le
                 default:
                     let name = [6: "A-law", 7: "µ-law", 2: "ADPCM", 0x11: "IMA ADPCM", 0x55: "MP3"][Int(tag)] ?? "format tag \(tag)"
-                    throw NodeError("unsupported_encoding", "\(path): unsupported WAV encoding (\(name), \(bits)-bit); supported: PCM 8/16/24/32-bit integer, 32/64-bit float")
+                    throw NodeError(.unsupportedEncoding, "\(path): unsupported WAV encoding (\(name), \(bits)-bit); supported: PCM 8/16/24/32-bit integer, 32/64-bit float")
                 }
                 guard channels >= 1, channels <= 8, rate >= 1000, rate <= 768_000 else {
-                    throw NodeError("unsupported_wav", "\(path): implausible WAV format (\(rate) Hz, \(channels) channels)")
+                    throw NodeError(.unsupportedWav, "\(path): implausible WAV format (\(rate) Hz, \(channels) channels)")
                 }
                 format = AudioFormat(sampleRate: rate, channels: channels)
             } else if id == "data" {
-                guard let format, let encoding else { throw NodeError("bad_wav", "\(path): `data` chunk before `fmt ` chunk") }
+                guard let format, let encoding else { throw NodeError(.badWav, "\(path): `data` chunk before `fmt ` chunk") }
                 let available = fileSize > body ? fileSize - body : 0
                 var bytes = size
                 if size == 0xFFFF_FFFF || size == 0 {
                     bytes = available   // header left open by a streaming writer: read to the end
                 } else if size > available {
-                    throw NodeError("truncated_wav", "\(path): truncated WAV: header announces \(size) bytes of audio but the file holds \(available)")
+                    throw NodeError(.truncatedWav, "\(path): truncated WAV: header announces \(size) bytes of audio but the file holds \(available)")
                 }
                 let frame = UInt64(encoding.bytes * format.channels)
                 bytes -= bytes % frame
                 return WAVHeader(format: format, encoding: encoding, dataOffset: body, dataBytes: bytes)
             }
             offset = body + size + (size & 1)
-            if offset > fileSize { throw NodeError("truncated_wav", "\(path): truncated WAV: chunk '\(id)' runs past the end of the file") }
+            if offset > fileSize { throw NodeError(.truncatedWav, "\(path): truncated WAV: chunk '\(id)' runs past the end of the file") }
         }
     }
 }

@@ -50,7 +50,7 @@ struct HTTPUploadEncoder {
                 audioFormat = a.format
                 if format == .wav { out = Self.streamingWAVHeader(format: a.format) }
             } else if a.format != audioFormat {
-                throw NodeError("format_changed", "audio format changed from \(audioFormat!) to \(a.format) mid-upload; add a `resample` node")
+                throw NodeError(.formatChanged, "audio format changed from \(audioFormat!) to \(a.format) mid-upload; add a `resample` node")
             }
             out.reserveCapacity(out.count + a.samples.count * 2)
             for s in a.samples {
@@ -67,9 +67,9 @@ struct HTTPUploadEncoder {
             }
             return ogg!.add(packet: e.payload, durationNanos: e.durationNanos)
         case (.opus, .audio):
-            throw NodeError("needs_opus", "format: opus uploads Opus frames: put an `opus-encode` node before http-upload (or use format: wav)")
+            throw NodeError(.needsOpus, "format: opus uploads Opus frames: put an `opus-encode` node before http-upload (or use format: wav)")
         case (_, .encoded(let e)):
-            throw NodeError("needs_audio", "format: \(format.rawValue) uploads PCM audio but received \(e.codec) frames; use format: opus for opus-encode output")
+            throw NodeError(.needsAudio, "format: \(format.rawValue) uploads PCM audio but received \(e.codec) frames; use format: opus for opus-encode output")
         default:
             return []
         }

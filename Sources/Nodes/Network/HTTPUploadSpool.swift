@@ -16,10 +16,10 @@ struct HTTPUploadSpool: Sendable {
         var isDir: ObjCBool = false
         if !FileManager.default.fileExists(atPath: directory, isDirectory: &isDir) {
             do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
-                throw NodeError("spool_unwritable", "spool_dir \(directory): cannot create the directory (\(error.localizedDescription))")
+                throw NodeError(.spoolUnwritable, "spool_dir \(directory): cannot create the directory (\(error.localizedDescription))")
             }
         } else if !isDir.boolValue {
-            throw NodeError("spool_unwritable", "spool_dir \(directory): not a directory")
+            throw NodeError(.spoolUnwritable, "spool_dir \(directory): not a directory")
         }
         self.directory = directory
     }
@@ -61,7 +61,7 @@ final class HTTPUploadSpoolFile {
 
     init(path partPath: String, format: HTTPUploadFormat) throws {
         guard FileManager.default.createFile(atPath: partPath, contents: nil), let h = FileHandle(forWritingAtPath: partPath) else {
-            throw NodeError("spool_unwritable", "\(partPath): cannot create the spool file")
+            throw NodeError(.spoolUnwritable, "\(partPath): cannot create the spool file")
         }
         handle = h
         self.partPath = partPath

@@ -67,7 +67,7 @@ public actor RTPReceiveNode: Node {
         do {
             socket = try await worker.run { try UDPSocket(bindHost: bindHost, port: port) }
         } catch let e as UDPError {
-            throw NodeError(e.code, "rtp-receive: \(e.message)")
+            throw NodeError(NodeErrorCode(e.code), "rtp-receive: \(e.message)")
         }
         let boundPort = socket.localPort
         context.logger.info("receiving RTP on \(bindHost) port \(boundPort)")
@@ -90,7 +90,7 @@ public actor RTPReceiveNode: Node {
             // Shutdown: a normal end for a source.
         } catch let e as UDPError {
             _ = try? await worker.run { socket.close() }
-            throw NodeError(e.code, "rtp-receive: \(e.message)")
+            throw NodeError(NodeErrorCode(e.code), "rtp-receive: \(e.message)")
         }
         _ = try? await worker.run { socket.close() }
         try? await report(context)

@@ -64,7 +64,7 @@ public actor RTPSendNode: Node {
                 socket = s
             }
         } catch let e as UDPError {
-            throw NodeError(e.code, "rtp-send: \(e.message)")
+            throw NodeError(NodeErrorCode(e.code), "rtp-send: \(e.message)")
         }
         defer { socket.close() }
         if let fixed { context.logger.info("sending RTP (pt \(payloadType), ssrc \(ssrc)) to \(fixed)") }

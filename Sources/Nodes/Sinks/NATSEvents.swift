@@ -110,7 +110,7 @@ public actor NATSSinkNode: Node {
                                             capacity: c.buffer, ackTimeout: .milliseconds(c.ackTimeoutMs), streamSubjects: base.map { [$0 + ".>"] },
                                             replicas: c.replicas, spoolDirectory: c.spoolDir.flatMap { $0.isEmpty ? nil : $0 }, environment: env, logger: context.logger)
         } catch {
-            throw NodeError("nats_config", "\(error)")
+            throw NodeError(.natsConfig, "\(error)")
         }
         let session = c.session.flatMap { $0.isEmpty ? nil : $0 } ?? NATSEventPublisher.newSessionID()
         let wanted = c.events.map(Set.init)

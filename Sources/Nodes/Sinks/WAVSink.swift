@@ -46,7 +46,7 @@ public actor WAVSinkNode: Node {
             if ledger.isCut(frame.marks) { context.count("interrupted_frames"); continue }
             if writer == nil { writer = try WAVWriter(path: path, format: audio.format); rate = audio.format.sampleRate }
             guard audio.format == writer!.format else {
-                throw NodeError("format_changed", "\(path): audio format changed from \(writer!.format) to \(audio.format) mid-stream; add a `resample` node")
+                throw NodeError(.formatChanged, "\(path): audio format changed from \(writer!.format) to \(audio.format) mid-stream; add a `resample` node")
             }
             if let turn = frame.marks.caption?.turn, turn != lastTurn {
                 lastTurn = turn

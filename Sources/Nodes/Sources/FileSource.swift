@@ -48,9 +48,9 @@ public actor FileSourceNode: Node {
         let kind = try FileKind.of(path)
         if kind == .stream {
             guard let raw else {
-                throw NodeError("not_a_regular_file", "\(path): a pipe or device cannot be read as WAV (the header is read with seeks); give `raw: { rate: 16000, channels: 1 }` to stream raw PCM from it")
+                throw NodeError(.notARegularFile, "\(path): a pipe or device cannot be read as WAV (the header is read with seeks); give `raw: { rate: 16000, channels: 1 }` to stream raw PCM from it")
             }
-            guard !loop else { throw NodeError("not_a_regular_file", "\(path): a pipe or device cannot be looped; remove `loop: true`") }
+            guard !loop else { throw NodeError(.notARegularFile, "\(path): a pipe or device cannot be looped; remove `loop: true`") }
             try await streamRaw(context, format: raw.format, encoding: raw.encoding)
             return
         }
@@ -61,7 +61,7 @@ public actor FileSourceNode: Node {
         let header: WAVHeader
         if let raw {
             guard let attrs = try? FileManager.default.attributesOfItem(atPath: path), let size = attrs[.size] as? UInt64 else {
-                throw NodeError("file_not_found", "\(path): no such file")
+                throw NodeError(.fileNotFound, "\(path): no such file")
             }
             let frame = UInt64(raw.encoding.bytes * raw.format.channels)
             header = WAVHeader(format: raw.format, encoding: raw.encoding, dataOffset: 0, dataBytes: size - size % frame)
@@ -69,7 +69,7 @@ public actor FileSourceNode: Node {
             header = try WAVHeader.read(path: path)
         }
         if header.dataBytes == 0 {
-            if loop { throw NodeError("no_samples", "\(path): the file holds no audio samples, so there is nothing to loop") }
+            if loop { throw NodeError(.noSamples, "\(path): the file holds no audio samples, so there is nothing to loop") }
             context.logger.warning("\(path): the file holds no audio samples; the source ends at once")
             context.count("empty_input")
             return
@@ -77,7 +77,7 @@ public actor FileSourceNode: Node {
         let outFormat = AudioFormat(sampleRate: target.rate ?? header.format.sampleRate, channels: target.channels ?? header.format.channels)
         let converter = try AudioConverter(from: header.format, to: outFormat, quality: 5)
         try await announce(context, format: outFormat)
-        guard let handle = FileHandle(forReadingAtPath: path) else { throw NodeError("file_unreadable", "\(path): cannot open") }
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw NodeError(.fileUnreadable, "\(path): cannot open") }
         defer { try? handle.close() }
 
         let out = context.output()
@@ -96,7 +96,7 @@ public actor FileSourceNode: Node {
                 try Task.checkCancellation()
                 let want = Int(min(UInt64(chunkBytes), remaining))
                 guard let data = try handle.read(upToCount: want), !data.isEmpty else {
-                    throw NodeError("truncated_wav", "\(path): file ended \(remaining) bytes early (was it truncated while reading?)")
+                    throw NodeError(.truncatedWav, "\(path): file ended \(remaining) bytes early (was it truncated while reading?)")
                 }
                 remaining -= UInt64(data.count)
                 var decoded: [Int16] = []
@@ -161,7 +161,7 @@ public actor FileSourceNode: Node {
                 context.reportProgress(position: position, total: file.duration ?? position)
             }
             if decodedFrames == 0 {
-                if loop { throw NodeError("no_samples", "\(path): the file holds no audio samples, so there is nothing to loop") }
+                if loop { throw NodeError(.noSamples, "\(path): the file holds no audio samples, so there is nothing to loop") }
                 context.logger.warning("\(path): the file holds no audio samples; the source ends at once")
                 context.count("empty_input")
                 return
@@ -210,7 +210,7 @@ public actor FileSourceNode: Node {
     /// pipe with no writer yet still stops on the first SIGINT.
     private func streamRaw(_ context: NodeContext, format rawFormat: AudioFormat, encoding: PCMEncoding) async throws {
         let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { throw NodeError("file_unreadable", "\(path): cannot open for reading: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw NodeError(.fileUnreadable, "\(path): cannot open for reading: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let outFormat = AudioFormat(sampleRate: target.rate ?? rawFormat.sampleRate, channels: target.channels ?? rawFormat.channels)
         let converter = try AudioConverter(from: rawFormat, to: outFormat, quality: 5)
@@ -230,7 +230,7 @@ public actor FileSourceNode: Node {
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
             if n < 0 {
                 if errno == EAGAIN || errno == EINTR { writerSeen = true; try await Task.sleep(for: .milliseconds(10)); continue }
-                throw NodeError("read_failed", "\(path): read failed: \(String(cString: strerror(errno)))")
+                throw NodeError(.readFailed, "\(path): read failed: \(String(cString: strerror(errno)))")
             }
             if n == 0 {
                 // End of file once a writer has come and gone; before any writer, keep waiting.
@@ -355,14 +355,14 @@ enum FileKind: Equatable {
         var st = stat()
         guard stat(path, &st) == 0 else {
             let e = errno
-            if e == ENOENT { throw NodeError("file_not_found", "\(path): no such file") }
-            throw NodeError("file_unreadable", "\(path): \(String(cString: strerror(e)))")
+            if e == ENOENT { throw NodeError(.fileNotFound, "\(path): no such file") }
+            throw NodeError(.fileUnreadable, "\(path): \(String(cString: strerror(e)))")
         }
         switch st.st_mode & S_IFMT {
         case S_IFREG: return .regular
-        case S_IFDIR: throw NodeError("path_is_directory", "\(path): is a directory; give the path of an audio file")
+        case S_IFDIR: throw NodeError(.pathIsDirectory, "\(path): is a directory; give the path of an audio file")
         case S_IFIFO, S_IFCHR, S_IFSOCK: return .stream
-        default: throw NodeError("not_a_regular_file", "\(path): not a regular file")
+        default: throw NodeError(.notARegularFile, "\(path): not a regular file")
         }
     }
 }

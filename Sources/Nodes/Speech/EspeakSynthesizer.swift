@@ -31,7 +31,7 @@ public struct EspeakSynthesizer: SpeechSynthesizer {
     public func start() async throws {
         let voice = self.voice
         let problem = try await worker.run { EspeakLibrary.problem(voice: voice) }
-        if let problem { throw NodeError("voice_unavailable", problem) }
+        if let problem { throw NodeError(.voiceUnavailable, problem) }
     }
 
     public func synthesize(_ sentence: String, deliver: @Sendable (AudioBuffer) async throws -> Void) async throws {
@@ -54,7 +54,7 @@ enum EspeakLibrary {
             if let sampleRate { return sampleRate }
             let rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, nil, espeakINITIALIZE_DONT_EXIT)
             guard rate > 0 else {
-                throw NodeError("engine_unavailable", "espeak-ng could not start (its data, espeak-ng-data, is missing?); install libespeak-ng1 and espeak-ng-data")
+                throw NodeError(.engineUnavailable, "espeak-ng could not start (its data, espeak-ng-data, is missing?); install libespeak-ng1 and espeak-ng-data")
             }
             sampleRate = Int(rate)
             return Int(rate)
@@ -92,7 +92,7 @@ enum EspeakLibrary {
         try state.withLock { s in
             let rate = try s.initialize()
             guard espeak_SetVoiceByName(voice) == EE_OK else {
-                throw NodeError("voice_unavailable", "espeak-ng has no voice '\(voice)'")
+                throw NodeError(.voiceUnavailable, "espeak-ng has no voice '\(voice)'")
             }
             _ = espeak_SetParameter(espeakRATE, Int32(min(max(wordsPerMinute, 80), 450)), 0)
             let collected = CollectedSamples()
@@ -109,7 +109,7 @@ enum EspeakLibrary {
                 }
             }
             guard status == EE_OK else {
-                throw NodeError("synthesis_failed", "espeak-ng could not synthesize \"\(text)\" (error \(status.rawValue))")
+                throw NodeError(.synthesisFailed, "espeak-ng could not synthesize \"\(text)\" (error \(status.rawValue))")
             }
             return AudioBuffer(format: AudioFormat(sampleRate: rate, channels: 1), samples: collected.samples)
         }

@@ -85,7 +85,7 @@ enum FliteLibrary {
             }
             if let loaded = voices[v] { return loaded }
             guard let loaded = v.register() else {
-                throw NodeError("voice_unavailable", "flite could not load its voice \(v.rawValue) (libflite_cmu_us_\(v.rawValue)); reinstall flite1-dev")
+                throw NodeError(.voiceUnavailable, "flite could not load its voice \(v.rawValue) (libflite_cmu_us_\(v.rawValue)); reinstall flite1-dev")
             }
             voices[v] = loaded
             return loaded
@@ -105,7 +105,7 @@ enum FliteLibrary {
             let v = try s.voice(voice)
             flite_feat_set_float(v.pointee.features, "duration_stretch", durationStretch)
             guard let wave = flite_text_to_wave(text, v) else {
-                throw NodeError("synthesis_failed", "flite could not synthesize \"\(text)\"")
+                throw NodeError(.synthesisFailed, "flite could not synthesize \"\(text)\"")
             }
             defer { delete_wave(wave) }
             let w = wave.pointee

@@ -104,7 +104,7 @@ public actor TTSNode: Node {
                     throw CancellationError()
                 } catch {
                     context.count("synthesis_errors")
-                    try await context.emitError(code: (error as? NodeError)?.code ?? "synthesis_failed", message: "\(error)")
+                    try await context.emitError(code: (error as? NodeError)?.code.rawValue ?? NodeErrorCode.synthesisFailed.rawValue, message: "\(error)")
                 }
             }
             await queue.send(.end(turn: frame.pts))

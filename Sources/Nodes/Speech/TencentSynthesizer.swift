@@ -60,12 +60,12 @@ public struct TencentSynthesizer: SpeechSynthesizer {
             if sid == nil { missing.append("secret_id (or TENCENTCLOUD_SECRET_ID)") }
             if skey == nil { missing.append("secret_key (or TENCENTCLOUD_SECRET_KEY)") }
             guard let app, let sid, let skey else {
-                throw NodeError("missing_credentials", "engine tencent needs " + missing.joined(separator: ", "))
+                throw NodeError(.missingCredentials, "engine tencent needs " + missing.joined(separator: ", "))
             }
             guard app.allSatisfy(\.isASCII), Int(app) != nil else {
-                throw NodeError("bad_app_id", "app_id must be the account's numeric AppId")
+                throw NodeError(.badAppId, "app_id must be the account's numeric AppId")
             }
-            if let problem = Self.problems(c).first { throw NodeError("bad_parameter", problem) }
+            if let problem = Self.problems(c).first { throw NodeError(.badParameter, problem) }
             let e = TencentEndpoint(c.endpoint ?? TencentSynthesizer.defaultEndpoint)!
             appID = app
             secretID = sid
@@ -131,7 +131,7 @@ public struct TencentSynthesizer: SpeechSynthesizer {
         } catch let e as NodeError {
             settings = .failure(e)
         } catch {
-            settings = .failure(NodeError("bad_parameter", "\(error)"))
+            settings = .failure(NodeError(.badParameter, "\(error)"))
         }
     }
 
@@ -185,7 +185,7 @@ public struct TencentSynthesizer: SpeechSynthesizer {
             if error is CancellationError { throw CancellationError() }
             let why = Self.scrub(TencentASRSession.describe(error), secrets: [s.secretID, s.secretKey, request.signature,
                                                                              TencentSignature.percentEncode(request.signature)])
-            throw NodeError("tencent_unreachable", "Tencent TTS at \(s.endpoint.scheme)://\(s.endpoint.hostHeader)\(s.path): \(why)")
+            throw NodeError(.tencentUnreachable, "Tencent TTS at \(s.endpoint.scheme)://\(s.endpoint.hostHeader)\(s.path): \(why)")
         }
         if let failure = run.failure { throw failure }
     }
@@ -310,14 +310,14 @@ final class TencentSynthesisRun: Sendable {
                         do {
                             m = try TencentTTSMessage.parse(text)
                         } catch {
-                            self.fail(NodeError("bad_server_message",
+                            self.fail(NodeError(.badServerMessage,
                                                 "Tencent TTS sent a message that is not of the protocol: "
                                                 + TerminalText.escape(String(text.prefix(80)), keepNewlines: false)))
                             return
                         }
                         if m.code != 0 {
                             let ids = [m.requestID.map { "request_id \($0)" }, m.sessionID.map { "session_id \($0)" }].compactMap { $0 }
-                            self.fail(NodeError("server_error_\(m.code)",
+                            self.fail(NodeError(NodeErrorCode("server_error_\(m.code)"),
                                                 "Tencent TTS error \(m.code): \(TerminalText.escape(m.message, keepNewlines: false))"
                                                 + (ids.isEmpty ? "" : " (\(ids.joined(separator: ", ")))") + " for \(quoted)"))
                             return
@@ -332,11 +332,11 @@ final class TencentSynthesisRun: Sendable {
                     throw CancellationError()
                 } catch {
                     if self.failure != nil { return }
-                    self.fail(NodeError("tencent_disconnected",
+                    self.fail(NodeError(.tencentDisconnected,
                                         "Tencent TTS connection failed during \(quoted) (after \(self.audioMs) ms of audio): \(TencentASRSession.describe(error))"))
                     return
                 }
-                self.fail(NodeError("tencent_disconnected",
+                self.fail(NodeError(.tencentDisconnected,
                                     "Tencent TTS closed the connection before the end of \(quoted) (after \(self.audioMs) ms of audio)"))
             }
             _ = try await group.next()
@@ -350,7 +350,7 @@ final class TencentSynthesisRun: Sendable {
         while true {
             let deadline = state.withLock { $0.lastHeard } + settings.timeout
             if ContinuousClock.now >= deadline {
-                fail(NodeError("tencent_timeout", "Tencent TTS sent nothing for \(settings.timeout) while synthesizing "
+                fail(NodeError(.tencentTimeout, "Tencent TTS sent nothing for \(settings.timeout) while synthesizing "
                                + WyomingSynthesizer.quote(sentence) + " (after \(audioMs) ms of audio)"))
                 return
             }

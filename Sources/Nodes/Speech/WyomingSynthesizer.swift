@@ -42,7 +42,7 @@ public struct WyomingSynthesizer: SpeechSynthesizer {
             connection = try await WyomingConnection.open(address, timeout: timeout)
         } catch {
             try Task.checkCancellation()
-            throw NodeError("wyoming_unreachable", "cannot connect to the Wyoming server \(address): \(error)")
+            throw NodeError(.wyomingUnreachable, "cannot connect to the Wyoming server \(address): \(error)")
         }
         defer { connection.close() }
         var request: [String: any Sendable] = ["text": sentence]
@@ -50,19 +50,19 @@ public struct WyomingSynthesizer: SpeechSynthesizer {
         do {
             try await connection.send(WyomingEvent(type: "synthesize", data: request))
         } catch {
-            throw NodeError("wyoming_disconnected", "\(address) closed the connection before the sentence was sent: \(error)")
+            throw NodeError(.wyomingDisconnected, "\(address) closed the connection before the sentence was sent: \(error)")
         }
 
         var stream = WyomingAudioStream()
         while true {
             guard let item = await connection.inbox.next(within: timeout) else {
                 try Task.checkCancellation()
-                throw NodeError("wyoming_timeout", "\(address) sent nothing for \(timeout) while synthesizing \(Self.quote(sentence))"
+                throw NodeError(.wyomingTimeout, "\(address) sent nothing for \(timeout) while synthesizing \(Self.quote(sentence))"
                                 + (stream.samples > 0 ? " (after \(stream.millis) ms of audio)" : ""))
             }
             switch item {
             case .closed(let reason):
-                throw NodeError("wyoming_disconnected",
+                throw NodeError(.wyomingDisconnected,
                                 "\(address) closed the connection in the middle of \(Self.quote(sentence)) "
                                 + (stream.started ? "after \(stream.millis) ms of audio" : "before any audio")
                                 + (reason.map { ": \($0)" } ?? ""))
@@ -76,7 +76,7 @@ public struct WyomingSynthesizer: SpeechSynthesizer {
                 case "audio-stop":
                     return
                 case "error":
-                    throw NodeError("server_error", "\(address) refused \(Self.quote(sentence)): \(WyomingEngine.describe(error: event))")
+                    throw NodeError(.serverError, "\(address) refused \(Self.quote(sentence)): \(WyomingEngine.describe(error: event))")
                 default:
                     // `synthesize-stopped`, `info`, `pong`, or what a newer server adds: nothing to do.
                     continue
@@ -135,17 +135,17 @@ struct WyomingAudioStream {
         let width = format?.width ?? announced?.width ?? 2
         let channels = format?.channels ?? announced?.channels ?? 1
         guard let rate, (1...768_000).contains(rate) else {
-            throw NodeError("wyoming_audio_format", "\(address) sent an audio-chunk without a valid rate (\(rate.map(String.init) ?? "none"))")
+            throw NodeError(.wyomingAudioFormat, "\(address) sent an audio-chunk without a valid rate (\(rate.map(String.init) ?? "none"))")
         }
         guard width == 2 else {
-            throw NodeError("wyoming_audio_format",
+            throw NodeError(.wyomingAudioFormat,
                             "\(address) sent \(width * 8)-bit audio (width \(width)); only 16-bit PCM (width 2) is taken: configure the server for 16-bit output")
         }
         guard (1...32).contains(channels) else {
-            throw NodeError("wyoming_audio_format", "\(address) sent audio with \(channels) channels")
+            throw NodeError(.wyomingAudioFormat, "\(address) sent audio with \(channels) channels")
         }
         guard payload.count % (2 * channels) == 0 else {
-            throw NodeError("wyoming_audio_format",
+            throw NodeError(.wyomingAudioFormat,
                             "\(address) sent an audio-chunk of \(payload.count) bytes, not a whole number of \(2 * channels)-byte sample frames")
         }
         var out = [Int16](repeating: 0, count: payload.count / 2)

@@ -22,7 +22,7 @@ final class OnnxSession {
         outputName = strdup(output)
         guard FileManager.default.isReadableFile(atPath: modelPath) else {
             free(inputName); free(outputName)
-            throw NodeError("model_missing", "\(what) model \(modelPath) not found or not readable")
+            throw NodeError(.modelMissing, "\(what) model \(modelPath) not found or not readable")
         }
         do {
             try check(api.pointee.CreateEnv(Int32(ORT_LOGGING_LEVEL_ERROR), "voicepipe", &env))
@@ -34,7 +34,7 @@ final class OnnxSession {
             try check(api.pointee.CreateCpuMemoryInfo(Int32(OrtArenaAllocator), Int32(OrtMemTypeDefault), &memory))
         } catch let e as NodeError {
             release()
-            throw NodeError("model_load", "cannot load the \(what) model \(modelPath): \(e.message)")
+            throw NodeError(.modelLoad, "cannot load the \(what) model \(modelPath): \(e.message)")
         }
     }
 
@@ -56,7 +56,7 @@ final class OnnxSession {
         guard let status else { return }
         let message = api.pointee.GetErrorMessage(status).map { String(cString: $0) } ?? "unknown error"
         api.pointee.ReleaseStatus(status)
-        throw NodeError("onnxruntime", message)
+        throw NodeError(.onnxruntime, message)
     }
 
     /// Runs the model on `input` of `shape`; returns the first `count` values of the output.
@@ -80,7 +80,7 @@ final class OnnxSession {
         }
         var p: UnsafeMutableRawPointer?
         try check(api.pointee.GetTensorMutableData(output, &p))
-        guard let p else { throw NodeError("onnxruntime", "the model returned no output") }
+        guard let p else { throw NodeError(.onnxruntime, "the model returned no output") }
         let f = p.assumingMemoryBound(to: Float.self)
         return (0..<count).map { f[$0] }
     }

@@ -49,7 +49,7 @@ final class OpenWakeWord {
         words = try names.map { name in
             let path = folder + "/" + name + ".tflite"
             guard FileManager.default.fileExists(atPath: path) else {
-                throw NodeError("wake_model_missing", "no model for wake word \(name) (\(path)); the installed ones are \(Self.available(folder).joined(separator: ", "))")
+                throw NodeError(.wakeModelMissing, "no model for wake word \(name) (\(path)); the installed ones are \(Self.available(folder).joined(separator: ", "))")
             }
             let m = try TFLiteModel(path: path, variables: variables)
             return Word(name: name, model: m, windows: max(1, m.inputShape.count > 1 ? m.inputShape[1] : 16))

@@ -70,11 +70,11 @@ struct TFLiteAPI: @unchecked Sendable {
             let path = WakeFiles.library(variables)
             guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
                 let why = dlerror().map { String(cString: $0) } ?? "dlopen failed"
-                throw NodeError("tflite_missing", "wake words need TensorFlow Lite's C library, which could not be loaded from \(path) (\(why)); run scripts/install-wake.sh, or set VOICEPIPE_TFLITE to a libtensorflowlite_c.so")
+                throw NodeError(.tfliteMissing, "wake words need TensorFlow Lite's C library, which could not be loaded from \(path) (\(why)); run scripts/install-wake.sh, or set VOICEPIPE_TFLITE to a libtensorflowlite_c.so")
             }
             func sym<T>(_ name: String, _: T.Type) throws -> T {
                 guard let p = dlsym(handle, name) else {
-                    throw NodeError("tflite_missing", "\(path) has no \(name): not a TensorFlow Lite C library")
+                    throw NodeError(.tfliteMissing, "\(path) has no \(name): not a TensorFlow Lite C library")
                 }
                 return unsafeBitCast(p, to: T.self)
             }
@@ -114,11 +114,11 @@ final class TFLiteModel {
         let api = try TFLiteAPI.shared(variables)
         self.api = api
         guard FileManager.default.isReadableFile(atPath: path), let m = api.modelCreateFromFile(path) else {
-            throw NodeError("wake_model", "cannot load the wake word model \(path)")
+            throw NodeError(.wakeModel, "cannot load the wake word model \(path)")
         }
         guard let i = api.interpreterCreate(m, nil) else {
             api.modelDelete(m)
-            throw NodeError("wake_model", "cannot create an interpreter for \(path)")
+            throw NodeError(.wakeModel, "cannot create an interpreter for \(path)")
         }
         model = m
         interpreter = i
@@ -127,7 +127,7 @@ final class TFLiteModel {
         }
         guard api.allocateTensors(i) == 0, let inT = api.inputTensor(i, 0), let outT = api.outputTensor(i, 0) else {
             api.interpreterDelete(i); api.modelDelete(m)
-            throw NodeError("wake_model", "cannot allocate the tensors of \(path)")
+            throw NodeError(.wakeModel, "cannot allocate the tensors of \(path)")
         }
         input = inT
         output = outT
@@ -144,7 +144,7 @@ final class TFLiteModel {
     /// Runs the model on `values`; returns the whole output.
     func run(_ values: [Float]) throws -> [Float] {
         let status = values.withUnsafeBytes { api.copyFrom(input, $0.baseAddress, $0.count) }
-        guard status == 0, api.invoke(interpreter) == 0 else { throw NodeError("wake_model", "TensorFlow Lite failed to run a model") }
+        guard status == 0, api.invoke(interpreter) == 0 else { throw NodeError(.wakeModel, "TensorFlow Lite failed to run a model") }
         var out = [Float](repeating: 0, count: api.byteSize(output) / 4)
         _ = out.withUnsafeMutableBytes { api.copyTo(output, $0.baseAddress, $0.count) }
         return out

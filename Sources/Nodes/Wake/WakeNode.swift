@@ -51,7 +51,7 @@ public actor WakeNode: Node {
 
     public func run(_ context: NodeContext) async throws {
         guard let folder = WakeFiles.models(models, variables) else {
-            throw NodeError("wake_model_missing", "no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models")
+            throw NodeError(.wakeModelMissing, "no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models")
         }
         let detector = try OpenWakeWord(folder: folder, words: words, hopFrames: hopMs / 10, variables: variables)
         // The detector hears a noise-suppressed copy; the audio passed on is untouched.
@@ -195,7 +195,7 @@ final class WakeDenoiser {
 
     init() throws {
         guard let s = speex_preprocess_state_init(Int32(Self.block), 16000) else {
-            throw NodeError("wake_failed", "cannot create the speexdsp preprocessor")
+            throw NodeError(.wakeFailed, "cannot create the speexdsp preprocessor")
         }
         state = s
         var on: Int32 = 1, off: Int32 = 0

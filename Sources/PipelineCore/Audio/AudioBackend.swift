@@ -149,6 +149,6 @@ public enum AudioBackendRegistry {
     }
 
     static func notInstalled(_ spec: AudioStreamSpec) -> NodeError {
-        NodeError("backend_unavailable", "\(spec.label): the \(spec.backend) audio backend is not installed in this process (it comes with VoicepipeTesting)")
+        NodeError(.backendUnavailable, "\(spec.label): the \(spec.backend) audio backend is not installed in this process (it comes with VoicepipeTesting)")
     }
 }

@@ -44,12 +44,12 @@ extension FrameProcessor {
 /// An error a node throws: what went wrong, with a stable code.
 public struct NodeError: Error, Sendable, CustomStringConvertible {
     /// Stable, machine-readable code (`file_not_found`, `device_busy`, `server_error`, ...).
-    public var code: String
+    public var code: NodeErrorCode
     /// What happened and what to do, for a person.
     public var message: String
 
     /// Creates an error.
-    public init(_ code: String, _ message: String) {
+    public init(_ code: NodeErrorCode, _ message: String) {
         self.code = code
         self.message = message
     }

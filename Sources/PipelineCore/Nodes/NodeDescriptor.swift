@@ -173,7 +173,7 @@ public struct NodeDescriptor: Sendable {
         self.check = { c, environment in (c as? Configuration)?.problems(environment: environment) ?? [] }
         self.build = { c, env in
             guard let c = c as? Configuration else {
-                throw NodeError("configuration_mismatch", "node '\(env.id)': configuration is not a \(Configuration.self)")
+                throw NodeError(.configurationMismatch, "node '\(env.id)': configuration is not a \(Configuration.self)")
             }
             return try make(c, env)
         }
@@ -204,7 +204,7 @@ public struct NodeDescriptor: Sendable {
         self.check = { c, _ in (c as? NodeConfig).map(check) ?? [] }
         self.build = { c, env in
             guard let c = c as? NodeConfig else {
-                throw NodeError("configuration_mismatch", "node '\(env.id)': configuration is not a NodeConfig")
+                throw NodeError(.configurationMismatch, "node '\(env.id)': configuration is not a NodeConfig")
             }
             return try make(c)
         }

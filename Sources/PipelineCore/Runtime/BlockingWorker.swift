@@ -31,7 +31,7 @@ public final class BlockingWorker: Sendable {
         try await withCheckedThrowingContinuation { (cont: CheckedContinuation<T, any Error>) in
             let accepted = queue.put { cont.resume(with: Result { try body() }) }
             if !accepted {
-                cont.resume(throwing: NodeError("worker_closed", "worker thread \(name) has shut down"))
+                cont.resume(throwing: NodeError(.workerClosed, "worker thread \(name) has shut down"))
             }
         }
     }

@@ -13,7 +13,7 @@ extension Pipeline {
     /// (then throws ``PipelineError``). A pipeline runs once; ``state`` tells where it is.
     public func run() async throws {
         guard lifecycle.withLock({ $0.start() }) else {
-            throw PipelineError(node: "pipeline", code: "already_run", message: "this pipeline has already run; build a new one to run the graph again")
+            throw PipelineError(node: "pipeline", code: .alreadyRun, message: "this pipeline has already run; build a new one to run the graph again")
         }
         defer { shared.bus.finishAll() }
         await withTaskGroup(of: ChildResult?.self) { group in
@@ -29,7 +29,7 @@ extension Pipeline {
                     if case .failed(let error) = result, lifecycle.withLock({ $0.failed(error) }) {
                         self.logger.error("\(error.description)")
                         self.shared.bus.publish(Event("error", node: error.node, ts: self.shared.elapsed,
-                                                      fields: [("code", .string(error.code)), ("message", .string(error.message))]))
+                                                      fields: [("code", .string(error.code.rawValue)), ("message", .string(error.message))]))
                         self.shared.markStopping()
                         self.stopSignal.fire()
                         self.stopSignal.abort()
@@ -91,7 +91,7 @@ extension Pipeline {
             } catch let fusedError as FusedFailure {
                 let nodeError = fusedError.error as? NodeError
                 _ = await close(n, context)
-                return PipelineError(node: fusedError.node, code: nodeError?.code ?? "node_failed", message: nodeError?.message ?? "\(fusedError.error)")
+                return PipelineError(node: fusedError.node, code: nodeError?.code ?? .nodeFailed, message: nodeError?.message ?? "\(fusedError.error)")
             } catch {
                 let stopping = shared.isStopping || Task.isCancelled
                 if error is CancellationError || (stopping && n.descriptor.isSource) || stopSignal.aborted {
@@ -111,12 +111,12 @@ extension Pipeline {
                         instances.withLock { $0[n.id] = fresh }
                     } catch {
                         _ = await close(n, context)
-                        return PipelineError(node: n.id, code: "create_failed", message: "\(error)")
+                        return PipelineError(node: n.id, code: .createFailed, message: "\(error)")
                     }
                     continue
                 }
                 _ = await close(n, context)
-                return PipelineError(node: n.id, code: nodeError?.code ?? "node_failed", message: message)
+                return PipelineError(node: n.id, code: nodeError?.code ?? .nodeFailed, message: message)
             }
         }
     }
@@ -125,10 +125,10 @@ extension Pipeline {
         for p in n.descriptor.outputs {
             do { try await context.output(p.name).finish() } catch let e as FusedFailure {
                 let ne = e.error as? NodeError
-                return PipelineError(node: e.node, code: ne?.code ?? "node_failed", message: ne?.message ?? "\(e.error)")
+                return PipelineError(node: e.node, code: ne?.code ?? .nodeFailed, message: ne?.message ?? "\(e.error)")
             } catch {
                 let ne = error as? NodeError
-                return PipelineError(node: n.id, code: ne?.code ?? "flush_failed", message: ne?.message ?? "\(error)")
+                return PipelineError(node: n.id, code: ne?.code ?? .flushFailed, message: ne?.message ?? "\(error)")
             }
         }
         return nil

@@ -45,7 +45,7 @@ public final class Pipeline: Sendable {
         /// ``cancel()``, or a stop whose drain ran out: nodes were cancelled with work queued.
         case cancelled
         /// A node failed (``run()`` throws its ``PipelineError``).
-        case failed(node: String, code: String)
+        case failed(node: String, code: NodeErrorCode)
     }
 
     /// The graph being run.
@@ -118,7 +118,7 @@ public final class Pipeline: Sendable {
             do {
                 instances[n.id] = try n.descriptor.build(n.configuration, Pipeline.environment(for: n, graph: graph, clock: clock, logger: logger))
             } catch {
-                throw PipelineError(node: n.id, code: (error as? NodeError)?.code ?? "create_failed", message: "\(error)")
+                throw PipelineError(node: n.id, code: (error as? NodeError)?.code ?? .createFailed, message: "\(error)")
             }
         }
         self.instances = LockedValue(instances)

@@ -3,12 +3,12 @@ public struct PipelineError: Error, Sendable, CustomStringConvertible {
     /// Id of the node that failed.
     public var node: String
     /// Stable code (from ``NodeError`` when the node threw one).
-    public var code: String
+    public var code: NodeErrorCode
     /// What happened.
     public var message: String
 
     /// Creates an error.
-    public init(node: String, code: String, message: String) {
+    public init(node: String, code: NodeErrorCode, message: String) {
         self.node = node
         self.code = code
         self.message = message

@@ -52,8 +52,8 @@ public enum MemoryAudio {
 
     static func claim(_ spec: AudioStreamSpec, exists: (Store) -> Bool) throws {
         try store.withLock { s in
-            guard exists(s) else { throw NodeError("device_not_found", "\(spec.label) does not exist") }
-            guard !s.busy.contains(spec.device) else { throw NodeError("device_busy", "\(spec.label) is busy (already open)") }
+            guard exists(s) else { throw NodeError(.deviceNotFound, "\(spec.label) does not exist") }
+            guard !s.busy.contains(spec.device) else { throw NodeError(.deviceBusy, "\(spec.label) is busy (already open)") }
             s.busy.insert(spec.device)
         }
     }

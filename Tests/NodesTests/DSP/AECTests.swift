@@ -18,7 +18,7 @@ struct AECTests {
         let dir = (temporaryPath("aec-x") as NSString).deletingLastPathComponent
         func run(_ tool: String, _ args: [String]) throws {
             let r = try shell(tool, args)
-            guard r.status == 0 else { throw NodeError(tool, r.error) }
+            guard r.status == 0 else { throw NodeError(NodeErrorCode(tool), r.error) }
         }
         try run("flite", ["-voice", "slt", "-t", "the train to the city leaves at seven in the morning and the next one an hour later, so please be on time tomorrow", "-o", dir + "/far-a.wav"])
         try run("flite", ["-voice", "slt", "-t", "we will meet at the station near the old clock tower", "-o", dir + "/far-b.wav"])
