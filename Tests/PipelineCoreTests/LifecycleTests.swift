@@ -7,12 +7,7 @@ import VoicepipeTesting
 /// pipeline's own clock.
 @Suite("Pipeline lifecycle")
 struct LifecycleTests {
-    var registry: NodeRegistry {
-        var r = testRegistry()
-        r.register(NodeDescriptor(type: "hold", summary: "delays frames", parameters: [ParamSpec("hold_ms", .int, default: .int(0), doc: "")],
-                                  make: { c in HoldNode(hold: .milliseconds(c.int("hold_ms", default: 0))) }))
-        return r
-    }
+    let registry = testRegistry()
 
     @Test("ready → running → finished(completed) when the sources end; a second run is refused")
     func completes() async throws {

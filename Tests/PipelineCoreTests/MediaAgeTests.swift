@@ -3,24 +3,9 @@ import Testing
 import PipelineCore
 import VoicepipeTesting
 
-/// Holds each frame `hold_ms` on the pipeline's clock before passing it on (a slow stage).
-actor HoldNode: FrameProcessor {
-    let hold: Duration
-    init(hold: Duration) { self.hold = hold }
-    func process(_ frame: Frame, context: NodeContext) async throws {
-        try await context.clock.sleep(for: hold)
-        try await context.send(frame)
-    }
-}
-
 @Suite("Media age and latency budgets")
 struct MediaAgeTests {
-    var registry: NodeRegistry {
-        var r = testRegistry()
-        r.register(NodeDescriptor(type: "hold", summary: "delays frames", parameters: [ParamSpec("hold_ms", .int, default: .int(0), doc: "")],
-                                  make: { c in HoldNode(hold: .milliseconds(c.int("hold_ms", default: 0))) }))
-        return r
-    }
+    let registry = testRegistry()
 
     /// Runs `yaml` on a manual clock, advancing it 10 ms at a time whenever something sleeps.
     func runOnManualClock(_ yaml: String) async throws -> (Pipeline, [Event]) {

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import Synchronization
 
 /// A bounded queue from a capture device thread to the node's task.
 ///
@@ -29,7 +30,7 @@ final class AudioCaptureHandoff: Sendable {
     /// A ``Handoff`` that drops the oldest audio (never device news) and tallies the frames it dropped.
     private let queue: Handoff<Entry>
     /// Frames dropped before a note, owed to the next chunk (one consumer).
-    private let owed = LockedValue(0)
+    private let owed = Atomic<Int>(0)
 
     /// A queue of at most `capacity` chunks of `channels`-channel audio.
     init(capacity: Int, channels: Int) {
@@ -63,10 +64,10 @@ final class AudioCaptureHandoff: Sendable {
         guard let taken = await queue.receive() else { return nil }
         switch taken.element {
         case .chunk(let c):
-            let dropped = owed.withLock { o in defer { o = 0 }; return o } + taken.droppedBefore
+            let dropped = owed.exchange(0, ordering: .relaxed) + taken.droppedBefore
             return .chunk(c, droppedFrames: dropped)
         case .note(let d):
-            if taken.droppedBefore > 0 { owed.withLock { $0 += taken.droppedBefore } }
+            if taken.droppedBefore > 0 { owed.add(taken.droppedBefore, ordering: .relaxed) }
             return d
         }
     }

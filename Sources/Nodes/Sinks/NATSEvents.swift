@@ -8,7 +8,7 @@ import PipelineCore
 /// line (the `jsonl-sink` format) with `session`, `route` and `worker` added; a `Nats-Msg-Id` per message.
 ///
 /// ```swift
-/// let events = try NATSEventPublisher(url: "nats://127.0.0.1:4222", stream: "VOICEPIPE", logger: logger)
+/// let events = try NATSEventPublisher(url: "nats://127.0.0.1:4222", stream: "VOICEPIPE", environment: variables, logger: logger)
 /// let loop = Task { await events.publisher.run() }
 /// events.publish(Event("transcript", fields: [("text", "hello")]), route: "asr", session: "s1")
 /// ```
@@ -24,7 +24,7 @@ public struct NATSEventPublisher: Sendable {
     /// `NATS_CREDS` or `NATS_NKEY` (the files are read now: a bad one is an error here).
     public init(url: String, stream: String, prefix: String = "voicepipe", worker: String? = nil, createStream: Bool = true,
                 capacity: Int = 10_000, ackTimeout: Duration = .seconds(2), streamSubjects: [String]? = nil, replicas: Int = 1,
-                spoolDirectory: String? = nil, environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger) throws {
+                spoolDirectory: String? = nil, environment: [String: String], logger: Logger) throws {
         var options = try NATSOptions(url: url)
         options.applyEnvironment(environment)
         try options.checkCredentials()

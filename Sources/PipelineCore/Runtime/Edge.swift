@@ -35,9 +35,13 @@ public final class BoundedEdge: Sendable {
     /// `from -> to`, for statistics and messages.
     public let label: String
     private let queue: Handoff<Frame>
-    private let age = LockedValue(AgeHistogram())
-    /// The age of the frame taken last, measured at the take (one consumer: read after its `receive`).
-    private let lastAge = LockedValue<Duration?>(nil)
+    /// The ages of the frames taken, and the last one's (one consumer: read after its `receive`), under
+    /// one lock taken once per frame.
+    private struct Ages {
+        var histogram = AgeHistogram()
+        var last: Duration?
+    }
+    private let age = LockedValue(Ages())
     let clock: MediaClock?
     /// The audio level of frames taken, measured only while a live view watches.
     let level = EdgeLevel()
@@ -59,13 +63,15 @@ public final class BoundedEdge: Sendable {
         case .dropOldest: .dropOldest
         case .dropNewest: .dropNewest
         }
-        let level = self.level, age = self.age, lastAge = self.lastAge
+        let level = self.level, age = self.age
         queue = Handoff(capacity: capacity, overflow: policy, producers: producers, onTake: { frame in
             level.note(frame)
             if let clock, let created = frame.created {
                 let frameAge = clock.now() - created
-                age.withLock { $0.record(nanos: frameAge.nanoseconds) }
-                lastAge.withLock { $0 = frameAge }
+                age.withLock { a in
+                    a.histogram.record(nanos: frameAge.nanoseconds)
+                    a.last = frameAge
+                }
             }
         })
     }
@@ -74,11 +80,11 @@ public final class BoundedEdge: Sendable {
     public var stats: EdgeStats {
         let c = queue.counters
         return EdgeStats(label: label, sent: c.sent, dropped: c.dropped, maxDepth: c.maxDepth, capacity: capacity, overflow: overflow,
-                         age: clock == nil ? nil : age.withLock { $0.summary })
+                         age: clock == nil ? nil : age.withLock { $0.histogram.summary })
     }
 
     /// The ages measured so far.
-    var ageHistogram: AgeHistogram { age.withLock { $0 } }
+    var ageHistogram: AgeHistogram { age.withLock { $0.histogram } }
 
     /// Frames currently queued.
     public var depth: Int { queue.depth }
@@ -103,7 +109,7 @@ public final class BoundedEdge: Sendable {
     func receiveMeasured() async -> (frame: Frame, age: Duration?)? {
         guard let frame = await queue.receive()?.element else { return nil }
         guard clock != nil, frame.created != nil else { return (frame, nil) }
-        return (frame, lastAge.withLock { $0 })
+        return (frame, age.withLock { $0.last })
     }
 
     /// Discards the frames waiting in the queue that `matching` selects (all by default), as an

@@ -329,7 +329,6 @@ struct Lifecycle {
     mutating func failed(_ error: PipelineError) -> Bool {
         guard failure == nil else { return false }
         failure = error
-        if case .finished = state { return true }
         state = .cancelling
         return true
     }

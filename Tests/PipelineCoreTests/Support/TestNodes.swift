@@ -53,6 +53,8 @@ let board = TestBoard()
 /// A registry of test node types.
 func testRegistry() -> NodeRegistry {
     var r = NodeRegistry()
+    r.register(NodeDescriptor(type: "hold", summary: "delays frames", parameters: [ParamSpec("hold_ms", .int, default: .int(0), doc: "")],
+                              make: { c in HoldNode(hold: .milliseconds(c.int("hold_ms", default: 0))) }))
     r.register(NodeDescriptor(
         type: "scripted-source", summary: "test source", family: "sources", inputs: [],
         outputs: [PortSpec("out", [.audio])],
@@ -98,3 +100,13 @@ func testRegistry() -> NodeRegistry {
 }
 
 func uniqueKey() -> String { UUID().uuidString }
+
+/// Holds each frame `hold_ms` on the pipeline's clock before passing it on (a slow stage).
+actor HoldNode: FrameProcessor {
+    let hold: Duration
+    init(hold: Duration) { self.hold = hold }
+    func process(_ frame: Frame, context: NodeContext) async throws {
+        try await context.clock.sleep(for: hold)
+        try await context.send(frame)
+    }
+}

@@ -83,27 +83,38 @@ public final class Handoff<Element: Sendable>: Sendable {
     /// element was not taken.
     @discardableResult
     public func trySend(_ element: Element) -> HandoffSendOutcome {
-        let w = weigh?(element) ?? 1, d = droppable?(element) ?? true, t = tally?(element)
-        let (outcome, effects) = state.withLock { $0.send(element, weight: w, droppable: d, tally: t) }
+        offer(element).outcome
+    }
+
+    /// What sending needs to know about an element, computed once.
+    private struct Traits {
+        var weight: Int
+        var droppable: Bool
+        var tally: Int?
+    }
+
+    /// Offers `element` without waiting; under `.mustWait` also returns the identity to park with.
+    private func offer(_ element: Element) -> (outcome: HandoffSendOutcome, id: Machine.ID, traits: Traits) {
+        let traits = Traits(weight: weigh?(element) ?? 1, droppable: droppable?(element) ?? true, tally: tally?(element))
+        let (outcome, effects, id) = state.withLock { m -> (HandoffSendOutcome, Machine.Effects, Machine.ID) in
+            let (o, e) = m.send(element, weight: traits.weight, droppable: traits.droppable, tally: traits.tally)
+            return (o, e, o == .mustWait ? m.makeID() : 0)
+        }
         run(effects)
-        return outcome
+        return (outcome, id, traits)
     }
 
     /// Sends `element`, waiting for room under `.suspend`. A sender cancelled while waiting still delivers
     /// its element (queued over capacity). Returns `false` if it was dropped (policy, or consumer gone).
     @discardableResult
     public func send(_ element: Element) async -> Bool {
-        let w = weigh?(element) ?? 1, d = droppable?(element) ?? true, t = tally?(element)
-        let (outcome, effects, id) = state.withLock { m -> (HandoffSendOutcome, Machine.Effects, Machine.ID) in
-            let (o, e) = m.send(element, weight: w, droppable: d, tally: t)
-            return (o, e, o == .mustWait ? m.makeID() : 0)
-        }
-        run(effects)
+        let (outcome, id, t) = offer(element)
         if outcome != .mustWait { return outcome == .accepted }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
                 let (now, effects) = state.withLock {
-                    $0.parkSender(id, .task(c), element: element, weight: w, droppable: d, tally: t, cancelled: Task.isCancelled)
+                    $0.parkSender(id, .task(c), element: element, weight: t.weight, droppable: t.droppable, tally: t.tally,
+                                  cancelled: Task.isCancelled)
                 }
                 run(effects)
                 if now { c.resume() }
@@ -117,16 +128,11 @@ public final class Handoff<Element: Sendable>: Sendable {
     /// Sends from a thread that cannot await, blocking it while the queue is full under `.suspend`.
     @discardableResult
     public func sendBlocking(_ element: Element) -> Bool {
-        let w = weigh?(element) ?? 1, d = droppable?(element) ?? true, t = tally?(element)
-        let (outcome, effects, id) = state.withLock { m -> (HandoffSendOutcome, Machine.Effects, Machine.ID) in
-            let (o, e) = m.send(element, weight: w, droppable: d, tally: t)
-            return (o, e, o == .mustWait ? m.makeID() : 0)
-        }
-        run(effects)
+        let (outcome, id, t) = offer(element)
         if outcome != .mustWait { return outcome == .accepted }
         let parker = ThreadParker()
         let (now, parkEffects) = state.withLock {
-            $0.parkSender(id, .thread(parker), element: element, weight: w, droppable: d, tally: t, cancelled: false)
+            $0.parkSender(id, .thread(parker), element: element, weight: t.weight, droppable: t.droppable, tally: t.tally, cancelled: false)
         }
         run(parkEffects)
         if !now { parker.park() }
