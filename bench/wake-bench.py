@@ -2,7 +2,7 @@
 """Wake word benchmark for the `wake` node: detection rate on synthesized wake phrases in pink noise
 at 10 dB SNR, and false accepts per hour on speech and noise without the phrase.
 
-    bench/wake-bench.py [--voicepipe .build/debug/voicepipe] [--hours 2] [--threshold 0.5] [--out bench/results/wake.md]
+    bench/wake-bench.py [--voicepipe .build/debug/voicepipe] [--hours 2] [--threshold T] [--configs ...] [--out bench/results/wake.md]
 
 Positives: "hey jarvis" and "alexa" from flite (voices slt, rms, awb, kal; duration stretch 0.8, 1.0,
 1.25) and espeak-ng (en-us, en, en-us+f3, en+m3; 140, 175, 210 words per minute), 24 per word, each
@@ -11,13 +11,15 @@ right word within 1.5 s after the phrase ends counts.
 Negatives: half speech (Debian's license texts read by the same eight voices, in order, plus the
 LibriVox recordings of pocketsphinx-testdata), half noise (pink, brown and white at -50 to -20 dBFS in
 one-minute pieces), `--hours` long in all. Every `wake` event there is a false accept. Both files go
-through `file-source -> wake (words hey_jarvis, alexa; threshold --threshold, refractory_ms 2000)`.
+through `file-source -> wake (words hey_jarvis, alexa; refractory_ms 2000)`, once per configuration
+(`--configs`), with `threshold` only when `--threshold` is given (else each engine's default).
 """
 import argparse, glob, json, os, subprocess, tempfile, wave
 import numpy as np
 
 RATE = 16000
-WORDS = {"hey_jarvis": "hey jarvis", "alexa": "alexa"}
+PHRASES = {"hey_jarvis": "hey jarvis", "alexa": "alexa", "hey_mycroft": "hey mycroft", "okay_nabu": "okay nabu"}
+WORDS = {w: PHRASES[w] for w in ["hey_jarvis", "alexa"]}
 FLITE = [(v, s) for v in ["slt", "rms", "awb", "kal"] for s in [0.8, 1.0, 1.25]]
 ESPEAK = [(v, s) for v in ["en-us", "en", "en-us+f3", "en+m3"] for s in [140, 175, 210]]
 
@@ -64,7 +66,7 @@ def wakes(voicepipe, wav, tmp, threshold, extra=""):
 name: wake-bench
 nodes:
   src: {{ type: file-source, path: "{wav}" }}
-  wake: {{ type: wake, words: [hey_jarvis, alexa], threshold: {threshold}, refractory_ms: 2000{", " + extra if extra else ""} }}
+  wake: {{ type: wake, words: [{", ".join(WORDS)}], {f"threshold: {threshold}, " if threshold is not None else ""}refractory_ms: 2000{", " + extra if extra else ""} }}
   drop: {{ type: null-sink }}
   out: {{ type: jsonl-sink, path: "{events}" }}
 links:
@@ -79,12 +81,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--voicepipe", default=".build/debug/voicepipe")
     ap.add_argument("--hours", type=float, default=2.0)
-    ap.add_argument("--threshold", type=float, default=0.5)
+    ap.add_argument("--threshold", type=float, default=None)
     ap.add_argument("--out", default="bench/results/wake.md")
-    ap.add_argument("--configs", default="default=;openWakeWord's own step, no noise suppression=hop_ms: 80, denoise: false",
+    ap.add_argument("--words", default="hey_jarvis,alexa", help=f"wake words to measure, of {', '.join(PHRASES)}")
+    ap.add_argument("--configs", default="default=;openWakeWord with the node's settings=engine: openwakeword;"
+                    "openWakeWord's own step, no noise suppression=engine: openwakeword, hop_ms: 80, denoise: false",
                     help="NAME=wake parameters;... each measured on the same material")
     args = ap.parse_args()
     configs = [tuple(c.split("=", 1)) for c in args.configs.split(";") if c]
+    global WORDS
+    WORDS = {w: PHRASES[w] for w in args.words.split(",")}
     tmp = tempfile.mkdtemp(prefix="wake-bench-")
     # Positives.
     gap = int(2.5 * RATE)
@@ -134,14 +140,17 @@ def main():
     noise = np.concatenate(noise)[:total - len(speech)]
     neg = os.path.join(tmp, "negatives.wav"); write(neg, np.concatenate([speech, noise]))
     hours = total / RATE / 3600
-    lines = ["# Wake words (`wake`, openWakeWord models on TensorFlow Lite)", "",
-             f"`bench/wake-bench.py --hours {args.hours} --threshold {args.threshold}`, one run. Positives: {len(truth)} synthesized phrases in pink noise at "
+    lines = ["# Wake words (`wake`: microWakeWord and openWakeWord models on TensorFlow Lite)", "",
+             f"`bench/wake-bench.py --hours {args.hours}" + (f" --threshold {args.threshold}" if args.threshold is not None else "") + "`, one run. " + f"Positives: {len(truth)} synthesized phrases in pink noise at "
              f"10 dB SNR. Negatives: {speech_s / 3600:.2f} h of speech without the phrase (license texts read by eight "
              f"synthetic voices, LibriVox sentences) and {(hours - speech_s / 3600):.2f} h of pink, brown and white noise. "
              "Each configuration of `wake` below runs on the same files.", ""]
     for name, extra in configs:
         hits = hits_by[name]
+        started = os.times()
         false = wakes(args.voicepipe, neg, tmp, args.threshold, extra)
+        done = os.times()
+        cpu = (done.children_user + done.children_system - started.children_user - started.children_system) / 60
         fa_speech = sum(1 for e in false if e["media_ms"] < speech_s * 1000)
         lines += [f"## {name}" + (f" (`{extra}`)" if extra else " (the node's defaults)"), "",
                   "| word | engine | detected |", "|---|---|---|"]
@@ -152,6 +161,7 @@ def main():
         lines.append(f"| all | | {sum(hits)}/{len(hits)} ({100 * sum(hits) / len(hits):.0f} %) |")
         lines += ["", f"False accepts: {len(false)} in {hours:.2f} h = **{len(false) / hours:.2f} per hour** "
                   f"({fa_speech} in speech, {len(false) - fa_speech} in noise)" + (f": {', '.join(sorted(set(e['word'] for e in false)))}" if false else "") + ".",
+                  "", f"CPU for the negatives: {cpu:.1f} min ({hours * 60 / max(cpu, 1e-9):.0f}x real time on one core).",
                   "", "Missed: " + (", ".join(f"{t['word']} {t['engine']} {t['voice']} {t['speed']}" for h, t in zip(hits, truth) if not h) or "none") + ".", ""]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -3,13 +3,14 @@
 # (nothing is installed system-wide): wyoming (the Wyoming test server), kubernetes-validate
 # (scripts/check-manifests.sh; it carries the Kubernetes JSON schemas) and nats-py (the JetStream reader
 # of bench/cluster/cluster.py), numpy (scripts/whisper-ct2-to-ggml.py) and faster-whisper (the reference the
-# Whisper engine is tested and measured against), selenium (drives Chromium in the browser page tests). With --bench also webrtcvad (the anchor of bench/vad-bench.py; built
+# Whisper engine is tested and measured against), selenium (drives Chromium in the browser page tests),
+# pymicro-features and pymicro-wakeword (the reference the microWakeWord front end is tested against). With --bench also webrtcvad (the anchor of bench/vad-bench.py; built
 # from source). Skips what is already there. Prints the environment's python on the last line (other
 # scripts use its pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.deps/venv
-packages=(wyoming==1.10.2 kubernetes-validate==1.37.0 nats-py==2.16.0 numpy==2.4.6 faster-whisper==1.2.1 selenium==4.51.0)
+packages=(wyoming==1.10.2 kubernetes-validate==1.37.0 nats-py==2.16.0 numpy==2.4.6 faster-whisper==1.2.1 selenium==4.51.0 pymicro-features==2.0.2 pymicro-wakeword==2.5.0)
 [ "${1:-}" = "--bench" ] && packages+=(webrtcvad==2.0.10)
 sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
 if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then

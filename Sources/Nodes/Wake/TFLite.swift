@@ -45,6 +45,11 @@ struct TFLiteAPI: @unchecked Sendable {
     typealias NumDims = @convention(c) (OpaquePointer?) -> Int32
     typealias Dim = @convention(c) (OpaquePointer?, Int32) -> Int32
     typealias Delete = @convention(c) (OpaquePointer?) -> Void
+    typealias TensorType = @convention(c) (OpaquePointer?) -> Int32
+    /// `TfLiteTensorQuantizationParams` returns `{ float scale; int32_t zero_point; }` by value: eight
+    /// bytes that the x86-64 and AArch64 C calling conventions both return in one general register, so
+    /// it is read as a 64-bit integer (scale in the low half, zero point in the high half).
+    typealias Quantization = @convention(c) (OpaquePointer?) -> UInt64
 
     let modelCreateFromFile: ModelCreate
     let interpreterCreate: InterpreterCreate
@@ -60,6 +65,8 @@ struct TFLiteAPI: @unchecked Sendable {
     let dim: Dim
     let interpreterDelete: Delete
     let modelDelete: Delete
+    let tensorType: TensorType
+    let quantization: Quantization
 
     private static let loaded = Mutex<TFLiteAPI?>(nil)
 
@@ -92,14 +99,17 @@ struct TFLiteAPI: @unchecked Sendable {
                 numDims: try sym("TfLiteTensorNumDims", NumDims.self),
                 dim: try sym("TfLiteTensorDim", Dim.self),
                 interpreterDelete: try sym("TfLiteInterpreterDelete", Delete.self),
-                modelDelete: try sym("TfLiteModelDelete", Delete.self))
+                modelDelete: try sym("TfLiteModelDelete", Delete.self),
+                tensorType: try sym("TfLiteTensorType", TensorType.self),
+                quantization: try sym("TfLiteTensorQuantizationParams", Quantization.self))
             state = api
             return api
         }
     }
 }
 
-/// One TensorFlow Lite model with one float input and one float output.
+/// One TensorFlow Lite model with one input and one output: float (``run(_:)``) or quantized to 8 bits
+/// (``runQuantized(_:)``).
 ///
 /// Not thread-safe: one interpreter belongs to one node.
 final class TFLiteModel {
@@ -140,6 +150,45 @@ final class TFLiteModel {
 
     /// The input tensor's dimensions.
     var inputShape: [Int] { (0..<api.numDims(input)).map { Int(api.dim(input, $0)) } }
+
+    /// TensorFlow Lite's element types that ``runQuantized(_:)`` handles.
+    enum ElementType: Int32 { case float32 = 1, uint8 = 3, int8 = 9 }
+
+    /// An 8-bit tensor's mapping to real values: real = scale · (q − zeroPoint).
+    struct Quantization: Equatable {
+        var scale: Float
+        var zeroPoint: Int32
+    }
+
+    private func quantization(_ tensor: OpaquePointer) -> Quantization {
+        let raw = api.quantization(tensor)
+        return Quantization(scale: Float(bitPattern: UInt32(truncatingIfNeeded: raw)), zeroPoint: Int32(truncatingIfNeeded: raw >> 32))
+    }
+
+    var inputType: ElementType? { ElementType(rawValue: api.tensorType(input)) }
+    var outputType: ElementType? { ElementType(rawValue: api.tensorType(output)) }
+    var inputQuantization: Quantization { quantization(input) }
+    var outputQuantization: Quantization { quantization(output) }
+
+    /// Runs a model with an 8-bit input and output on real `values`: each is quantized with the input's
+    /// scale and zero point (rounded, saturated to the type), and the output is mapped back.
+    func runQuantized(_ values: [Float]) throws -> [Float] {
+        let q = inputQuantization
+        guard q.scale > 0, let inType = inputType, let outType = outputType, inType != .float32, outType != .float32 else {
+            throw NodeError(.wakeModel, "the model is not quantized to 8 bits")
+        }
+        let (low, high): (Double, Double) = inType == .int8 ? (-128, 127) : (0, 255)
+        let bytes = values.map { v -> UInt8 in
+            let x = min(max((Double(v) / Double(q.scale) + Double(q.zeroPoint)).rounded(.toNearestOrEven), low), high)
+            return inType == .int8 ? UInt8(bitPattern: Int8(x)) : UInt8(x)
+        }
+        let status = bytes.withUnsafeBytes { api.copyFrom(input, $0.baseAddress, $0.count) }
+        guard status == 0, api.invoke(interpreter) == 0 else { throw NodeError(.wakeModel, "TensorFlow Lite failed to run a model") }
+        var out = [UInt8](repeating: 0, count: api.byteSize(output))
+        _ = out.withUnsafeMutableBytes { api.copyTo(output, $0.baseAddress, $0.count) }
+        let o = outputQuantization
+        return out.map { b in o.scale * (Float(outType == .int8 ? Int32(Int8(bitPattern: b)) : Int32(b)) - Float(o.zeroPoint)) }
+    }
 
     /// Runs the model on `values`; returns the whole output.
     func run(_ values: [Float]) throws -> [Float] {

@@ -2,13 +2,15 @@ import Foundation
 import CSpeexDSP
 import PipelineCore
 
-/// `wake`: wake word detection with openWakeWord's models (``OpenWakeWord``, on TensorFlow Lite loaded
-/// at run time; `scripts/install-wake.sh` installs the library and the models `alexa`, `hey_jarvis`,
-/// `hey_mycroft`, `hey_rhasspy`, `okay_nabu` from the `pyopen-wakeword` wheel).
+/// `wake`: wake word detection on TensorFlow Lite loaded at run time, with openWakeWord's models
+/// (``OpenWakeWord``: `alexa`, `hey_jarvis`, `hey_mycroft`, `hey_rhasspy`, `okay_nabu` from the
+/// `pyopen-wakeword` wheel) or microWakeWord's (``MicroWakeWord``: `alexa`, `hey_jarvis`,
+/// `hey_mycroft`, `okay_nabu` from the `pymicro-wakeword` wheel); `scripts/install-wake.sh` installs
+/// both and the library. `engine` picks per word (`auto`: see ``WakeEngines``).
 ///
-/// A word whose score reaches `threshold` emits `wake` (`word`, `score`, `media_ms` of the end of the
-/// 80 ms step that fired) and marks the next frame with `FrameMarks.wake`, where the `slicer` starts a
-/// flow; the same word does not fire again within `refractory_ms`.
+/// A word whose score passes its threshold emits `wake` (`word`, `score`, `engine`, `media_ms` of the
+/// audio analysed when it fired) and marks the next frame with `FrameMarks.wake`, where the `slicer`
+/// starts a flow; the same word does not fire again within `refractory_ms`.
 ///
 /// `gate: true` passes audio only while listening: from a detection until the VAD says the speech
 /// ended (its events linked back into `listen`: `vad.events -> wake.listen`). When no `speech_start`
@@ -22,7 +24,8 @@ import PipelineCore
 /// ```
 public actor WakeNode: Node {
     let words: [String]
-    let threshold: Double
+    let engine: String
+    let threshold: Double?
     let refractoryMs: Int
     let gate: Bool
     let listenTimeoutMs: Int
@@ -40,6 +43,7 @@ public actor WakeNode: Node {
     init(configuration c: Configuration, variables: [String: String] = [:]) {
         self.variables = variables
         words = c.words
+        engine = c.engine
         threshold = c.threshold
         refractoryMs = c.refractoryMs
         gate = c.gate
@@ -50,12 +54,8 @@ public actor WakeNode: Node {
     }
 
     public func run(_ context: NodeContext) async throws {
-        guard let folder = WakeFiles.models(models, variables) else {
-            throw NodeError(.wakeModelMissing, "no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models")
-        }
-        let detector = try OpenWakeWord(folder: folder, words: words, hopFrames: hopMs / 10, variables: variables)
-        // The detector hears a noise-suppressed copy; the audio passed on is untouched.
-        let denoiser = denoise ? try WakeDenoiser() : nil
+        let plan = try WakeEngines.plan(words: words, engine: engine, models: models, variables: variables)
+        let detector = try WakeDetector(plan: plan, threshold: threshold, hopFrames: hopMs / 10, denoise: denoise, variables: variables)
         let linked = context.connectedInputs.contains("listen")
         try await withThrowingTaskGroup(of: Void.self) { group in
             if linked {
@@ -65,7 +65,7 @@ public actor WakeNode: Node {
                     }
                 }
             }
-            try await detect(detector, denoiser: denoiser, linked: linked, context: context)
+            try await detect(detector, linked: linked, context: context)
             group.cancelAll()
             try await group.waitForAll()
         }
@@ -78,7 +78,7 @@ public actor WakeNode: Node {
         if name == "speech_end" && heardSpeech { speechOver = true }
     }
 
-    private func detect(_ detector: OpenWakeWord, denoiser: WakeDenoiser?, linked: Bool, context: NodeContext) async throws {
+    private func detect(_ detector: WakeDetector, linked: Bool, context: NodeContext) async throws {
         let analysis = AudioFormat(sampleRate: 16000, channels: 1)
         var converter: AudioConverter?
         var inputFormat: AudioFormat?
@@ -95,14 +95,8 @@ public actor WakeNode: Node {
                 converter = audio.format == analysis ? nil : try AudioConverter(from: audio.format, to: analysis, quality: 3)
             }
             let samples = converter?.convert(audio.samples) ?? audio.samples
-            var fired: (word: String, score: Double, at: Int64)?
-            let before = analysed
-            try detector.feed(denoiser?.process(samples) ?? samples) { _, scores in
-                for (i, s) in scores.enumerated() where Double(s) >= threshold && Double(s) > (fired?.score ?? 0) {
-                    fired = (detector.words[i].name, Double(s), 0)
-                }
-            }
-            analysed = before + Int64(samples.count)
+            let fired = try detector.feed(samples)
+            analysed += Int64(samples.count)
             let nowMs = analysed / 16 + MediaTime.millis(origin ?? 0)
             var out = frame
             if let m = markNext { out.marks.wake = m; markNext = nil }
@@ -122,7 +116,8 @@ public actor WakeNode: Node {
             if !gate || listening || out.marks.wake != nil { try await context.send(out) }
             if let f = fired, nowMs - (lastFired[f.word] ?? Int64.min / 2) >= Int64(refractoryMs) {
                 lastFired[f.word] = nowMs
-                try await context.emit("wake", [("word", .string(f.word)), ("score", .double((f.score * 1000).rounded() / 1000)), ("media_ms", .int(nowMs))])
+                try await context.emit("wake", [("word", .string(f.word)), ("score", .double((f.score * 1000).rounded() / 1000)),
+                                                 ("engine", .string(f.engine.rawValue)), ("media_ms", .int(nowMs))])
                 markNext = WakeMark(word: f.word, score: f.score)
                 if gate {
                     listening = true
@@ -137,7 +132,8 @@ public actor WakeNode: Node {
     /// Configuration of `wake`.
     public struct Configuration: NodeConfiguration {
         public var words: [String]
-        public var threshold: Double
+        public var engine: String
+        public var threshold: Double?
         public var refractoryMs: Int
         public var gate: Bool
         public var listenTimeoutMs: Int
@@ -145,14 +141,15 @@ public actor WakeNode: Node {
         public var hopMs: Int
         public var denoise: Bool
         public static let parameters: [ParamSpec] = [
-            ParamSpec("words", .stringList, default: .list([.string("hey_jarvis")]), doc: "the wake words: model names in the models folder (alexa, hey_jarvis, hey_mycroft, hey_rhasspy, okay_nabu)"),
-            ParamSpec("threshold", .double(0.05...0.99), default: 0.5, doc: "score at which a word fires"),
+            ParamSpec("words", .stringList, default: .list([.string("hey_jarvis")]), doc: "the wake words: model names (alexa, hey_jarvis, hey_mycroft, okay_nabu from either engine; hey_rhasspy from openWakeWord)"),
+            ParamSpec("engine", .choice(WakeEngines.choices), default: "auto", doc: "which models: microwakeword, openwakeword, or auto (each word from the engine measured better for it when installed, see WakeEngines)"),
+            ParamSpec("threshold", .double(0.05...0.999), doc: "score a word must pass to fire (default: 0.5 for openWakeWord, each microWakeWord model's own probability_cutoff)"),
             ParamSpec("refractory_ms", .int(0...60_000), default: 2000, doc: "a word does not fire again within this time"),
             ParamSpec("gate", .bool, default: false, doc: "pass audio only from a detection until the VAD's speech_end (linked into listen) or listen_timeout_ms without speech; false: pass everything"),
             ParamSpec("listen_timeout_ms", .int(100...600_000), default: 8000, doc: "gate: with no speech_start this long after the wake word, end the flow with reason wake_timeout"),
             ParamSpec("hop_ms", .int(10...80), default: 20, doc: "how often the word classifiers judge the audio: 80 is openWakeWord's own step; shorter judges more alignments of a phrase (each 80 ms apart within itself) and finds more, at a cost in CPU (20: four times the embedding work)"),
-            ParamSpec("denoise", .bool, default: true, doc: "the detector hears the audio through speexdsp's noise suppression (as openWakeWord's option does); the audio passed on is untouched"),
-            ParamSpec("models", .path, doc: "folder with melspectrogram.tflite, embedding_model.tflite and <word>.tflite (default: .deps/wake/models, or $VOICEPIPE_WAKE_MODELS)"),
+            ParamSpec("denoise", .bool, default: true, doc: "openWakeWord hears the audio through speexdsp's noise suppression (as openWakeWord's option does); the audio passed on is untouched (microWakeWord's own front end reduces noise)"),
+            ParamSpec("models", .path, doc: "folder with openWakeWord's melspectrogram.tflite, embedding_model.tflite and <word>.tflite, and/or microWakeWord's <word>.json with its model (default: .deps/wake/models and .deps/wake/micro, or $VOICEPIPE_WAKE_MODELS)"),
         ]
 
         public func problems() -> [String] { problems(environment: [:]) }
@@ -160,18 +157,21 @@ public actor WakeNode: Node {
         public func problems(environment: [String: String]) -> [String] {
             if words.isEmpty { return ["give at least one wake word"] }
             if ![10, 20, 40, 80].contains(hopMs) { return ["hop_ms \(hopMs): give 10, 20, 40 or 80 (a whole number of 10 ms mel frames dividing openWakeWord's 80 ms step)"] }
-            guard let folder = WakeFiles.models(models, environment) else {
-                return ["no wake word models found (looked in \(WakeFiles.modelSearch)); run scripts/install-wake.sh or set models"]
+            do {
+                _ = try WakeEngines.plan(words: words, engine: engine, models: models, variables: environment)
+                return []
+            } catch let e as NodeError {
+                return [e.message]
+            } catch {
+                return ["\(error)"]
             }
-            return words.filter { !FileManager.default.fileExists(atPath: folder + "/" + $0 + ".tflite") }
-                .map { "no model for wake word \($0) in \(folder) (installed: \(OpenWakeWord.available(folder).joined(separator: ", ")))" }
         }
     }
 
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "wake",
-        summary: "Wake words (openWakeWord models on TensorFlow Lite); emits wake, marks the next frame so the slicer starts a flow; gate passes audio only while listening",
+        summary: "Wake words (microWakeWord and openWakeWord models on TensorFlow Lite); emits wake, marks the next frame so the slicer starts a flow; gate passes audio only while listening",
         family: "Wake",
         inputs: [PortSpec("in", [.audio]),
                  PortSpec("listen", [.event], required: false, feedback: true, doc: "the VAD's events (speech_start / speech_end) closing the gate")],
