@@ -206,6 +206,6 @@ enum StatsTable {
             for (k, v) in n.gauges { o[k] = .double((v * 10).rounded() / 10) }
             return .object(o)
         }
-        return Event("stats", node: "pipeline", ts: nil, fields: [("edges", .array(edges)), ("nodes", .array(nodes))])
+        return Event(.stats, node: "pipeline", ts: nil, fields: [("edges", .array(edges)), ("nodes", .array(nodes))])
     }
 }

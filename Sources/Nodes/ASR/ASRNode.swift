@@ -46,26 +46,26 @@ public actor ASRNode: Node {
         let inputs = ASRInputs { await feed.next() }
         let results = ASRResults { [self] result in try await self.handle(result, feed: feed, context: context) }
         try await engine.run(inputs: inputs, results: results, context: context)
-        try await context.emit("finished", [("text", .string(Self.join(finals)))])
+        try await context.emit(.finished, [("text", .string(Self.join(finals)))])
     }
 
     private func handle(_ result: ASRResult, feed: ASRFeed, context: NodeContext) async throws {
         switch result {
         case .utteranceStart(let voiceID, let seq):
-            try await context.emit("utterance_start", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))])
+            try await context.emit(.utteranceStart, [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))])
         case .partial(let t):
-            try await context.emit("transcript", Self.fields(t, final: false))
+            try await context.emit(.transcript, Self.fields(t, final: false))
         case .final(let t):
             let text = t.text.trimmingCharacters(in: .whitespacesAndNewlines)
             if !text.isEmpty { finals.append(text) }
-            try await context.emit("transcript", Self.fields(t, final: true))
+            try await context.emit(.transcript, Self.fields(t, final: true))
             if !text.isEmpty {
                 try await context.output("text").send(.text(text, pts: t.startMs * 1_000_000))
             }
         case .utteranceEnd(let voiceID, let seq):
             // An utterance the engine ended by itself (its own endpointing) ended on silence.
             let reason = await feed.takeReason(voiceID) ?? .silence
-            try await context.emit("utterance_end", [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))] + reason.fields)
+            try await context.emit(.utteranceEnd, [("voice_id", .string(voiceID)), ("seq", .int(Int64(seq)))] + reason.fields)
         case .error(let code, let message, let voiceID):
             try await context.emit(Event.error(code: code, message: message, voiceID: voiceID))
         }

@@ -87,7 +87,7 @@ public actor AudioCaptureNode: Node {
         if deviceFormat != output {
             converter = try AudioConverter(from: deviceFormat, to: output)
             context.logger.notice("\(spec.label) gives \(deviceFormat), not \(output): converting with the speexdsp resampler")
-            try await context.emit("format_converted", [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
+            try await context.emit(.formatConverted, [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
                                                         ("device_rate", .int(Int64(deviceFormat.sampleRate))), ("device_channels", .int(Int64(deviceFormat.channels)))])
         } else {
             context.logger.info("\(spec.label) open: \(output), \(frameMs) ms frames, \(spec.latencyMs) ms buffer")
@@ -143,7 +143,7 @@ public actor AudioCaptureNode: Node {
                 lostAt = .now
                 context.count("device_lost")
                 context.logger.warning("\(spec.label) lost (\(message)); \(onDeviceLost == .reopen ? "opening the default device" : "waiting for it to come back")")
-                try await context.emit("device_lost", [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
+                try await context.emit(.deviceLost, [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
                                                        ("message", .string(message)), ("policy", .string(onDeviceLost.rawValue))])
             case .restored(let device, let format):
                 let outage = lostAt.map { ContinuousClock.now - $0 } ?? .zero
@@ -159,7 +159,7 @@ public actor AudioCaptureNode: Node {
                 }
                 context.count("device_restored")
                 context.logger.notice("\(spec.backend.rawValue) device '\(device)' open again after \(outageMs) ms")
-                try await context.emit("device_restored", [("backend", .string(spec.backend.rawValue)), ("device", .string(device)),
+                try await context.emit(.deviceRestored, [("backend", .string(spec.backend.rawValue)), ("device", .string(device)),
                                                            ("outage_ms", .int(outageMs))])
             case .ended:
                 break loop
@@ -178,7 +178,7 @@ public actor AudioCaptureNode: Node {
         context.count("overruns")
         let lostMs = lostFrames * 1000 / max(deviceFormat.sampleRate, 1)
         context.logger.warning("\(spec.label): overrun (\(cause == "graph" ? "the graph fell behind" : "the device buffer overflowed")), about \(lostMs) ms lost; capture goes on")
-        try await context.emit("overrun", [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
+        try await context.emit(.overrun, [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
                                            ("cause", .string(cause)), ("lost_ms", .int(Int64(lostMs)))])
         return Int64(lostFrames) * Int64(spec.format.sampleRate) / Int64(max(deviceFormat.sampleRate, 1))
     }
@@ -194,7 +194,7 @@ public actor AudioCaptureNode: Node {
 enum CaptureEvents {
     /// `capture_started`: `backend`, `device`, `rate`, `channels`, `frame_ms`.
     static func started(backend: String, device: String, format: AudioFormat, frameMs: Int) -> Event {
-        Event("capture_started", fields: [("backend", .string(backend)), ("device", .string(device)),
+        Event(.captureStarted, fields: [("backend", .string(backend)), ("device", .string(device)),
                                           ("rate", .int(Int64(format.sampleRate))), ("channels", .int(Int64(format.channels))),
                                           ("frame_ms", .int(Int64(frameMs)))])
     }
@@ -203,6 +203,6 @@ enum CaptureEvents {
     static func stopped(device: String, reason: String, message: String? = nil) -> Event {
         var fields: [(String, EventValue)] = [("device", .string(device)), ("reason", .string(reason))]
         if let message { fields.append(("message", .string(message))) }
-        return Event("capture_stopped", fields: fields)
+        return Event(.captureStopped, fields: fields)
     }
 }

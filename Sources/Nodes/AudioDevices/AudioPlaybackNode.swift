@@ -67,14 +67,14 @@ public actor AudioPlaybackNode: Node {
                 lostAt = at
                 context.count("device_lost")
                 context.logger.warning("\(spec.label) lost (\(message)); \(onDeviceLost == .reopen ? "opening the default device" : "waiting for it to come back"); audio meanwhile is dropped")
-                try await context.emit("device_lost", [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
+                try await context.emit(.deviceLost, [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
                                                        ("message", .string(message)), ("policy", .string(onDeviceLost.rawValue))])
             case .restored(let device, let at):
                 let outage = lostAt.map { at - $0 } ?? .zero
                 lostAt = nil
                 let outageMs = Int64(outage.components.seconds * 1000 + outage.components.attoseconds / 1_000_000_000_000_000)
                 context.count("device_restored")
-                try await context.emit("device_restored", [("backend", .string(spec.backend.rawValue)), ("device", .string(device)),
+                try await context.emit(.deviceRestored, [("backend", .string(spec.backend.rawValue)), ("device", .string(device)),
                                                            ("outage_ms", .int(outageMs))])
             }
         }
@@ -156,7 +156,7 @@ public actor AudioPlaybackNode: Node {
         var fields: [(String, EventValue)] = [("text", .string(heard.text)), ("heard_ms", .int(Int64(heard.samples * 1000 / rate))),
                                               ("discarded_ms", .int(Int64(heard.discarded * 1000 / rate)))]
         if let turn = heard.turn { fields.append(("turn_ms", .int(MediaTime.millis(turn)))) }
-        try await context.emit("interrupted", fields)
+        try await context.emit(.interrupted, fields)
     }
 
     private func play(_ context: NodeContext, played: AsyncStream<[Int16]>.Continuation?) async throws {
@@ -211,7 +211,7 @@ public actor AudioPlaybackNode: Node {
                     context.count("underruns", by: UInt64(u - reportedUnderruns))
                     reportedUnderruns = u
                     context.logger.warning("\(spec.label): underrun (the graph did not deliver audio in time); playback goes on")
-                    try await context.emit("underrun", [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
+                    try await context.emit(.underrun, [("backend", .string(spec.backend.rawValue)), ("device", .string(spec.device)),
                                                         ("count", .int(Int64(u)))])
                 }
             }
@@ -252,7 +252,7 @@ public actor AudioPlaybackNode: Node {
         guard starts else { return }
         var fields: [(String, EventValue)] = [("delay_ms", .int(Int64(depthSamples * 1000 / max(d.format.sampleRate, 1))))]
         if let c = frame.marks.caption { fields += [("text", .string(c.text)), ("turn_ms", .int(MediaTime.millis(c.turn)))] }
-        try await context.emit("playback_start", fields)
+        try await context.emit(.playbackStart, fields)
     }
 
     /// Samples per channel in `duration` at `rate`.

@@ -46,7 +46,7 @@ public actor AvatarNode: Node {
             if s.spaceParam != nil || s.imageParam != nil {
                 try await client.configureSession(ready.id, spaceParam: s.spaceParam, imageParam: s.imageParam)
             }
-            try? await context.emit("avatar_session", [
+            try? await context.emit(.avatarSession, [
                 ("state", "open"), ("session_id", .string(ready.id)), ("play_url", .string(ready.playURL)),
                 ("protocol", .string(s.newSession.protocolName)), ("driver_type", .string("\(s.newSession.driverType)")),
             ])
@@ -60,9 +60,9 @@ public actor AvatarNode: Node {
             switch closed {
             case .success:
                 context.logger.info("avatar session \(id) closed")
-                try? await context.emit("avatar_session", [("state", "closed"), ("session_id", .string(id))])
+                try? await context.emit(.avatarSession, [("state", "closed"), ("session_id", .string(id))])
             case .failure(let e as IVHError) where e.code.map(IVHCommandChannel.fatalCodes.contains) == true:
-                try? await context.emit("avatar_session", [("state", "closed"), ("session_id", .string(id))])
+                try? await context.emit(.avatarSession, [("state", "closed"), ("session_id", .string(id))])
             case .failure(let e):
                 context.logger.error("closing avatar session \(id) failed: \(e)")
                 try? await context.emitError(code: (e as? IVHError)?.stableCode ?? "ivh_close_failed", message: "closing session \(id) failed: \(e)")
@@ -139,10 +139,10 @@ public actor AvatarNode: Node {
             },
             connected: { n in
                 if n > 0 { context.count("reconnects") }
-                try? await context.emit("avatar_channel", [("state", "connected"), ("reconnects", .int(Int64(n)))])
+                try? await context.emit(.avatarChannel, [("state", "connected"), ("reconnects", .int(Int64(n)))])
             },
             disconnected: { reason in
-                try? await context.emit("avatar_channel", [("state", "disconnected"), ("reason", .string(reason))])
+                try? await context.emit(.avatarChannel, [("state", "disconnected"), ("reason", .string(reason))])
             },
             sent: { command in
                 switch command {
@@ -248,32 +248,32 @@ public actor AvatarNode: Node {
         }
         switch push {
         case .inputText(let t):
-            try? await context.emit("avatar_text", [("kind", "input"), ("text", .string(t))]
+            try? await context.emit(.avatarText, [("kind", "input"), ("text", .string(t))]
                                     + extra(["interrupt_result", "interrupt_message", "req_id"]))
         case .speechText(let t, let id):
-            try? await context.emit("avatar_text", [("kind", "speech"), ("text", .string(t)), ("speech_id", id.map { .int(Int64($0)) } ?? .null)]
+            try? await context.emit(.avatarText, [("kind", "speech"), ("text", .string(t)), ("speech_id", id.map { .int(Int64($0)) } ?? .null)]
                                     + extra(["text_pro", "uninterrupt", "muted", "chat_status", "req_id"]))
             if case .string(let type)? = details["interaction_type"], !type.isEmpty {
                 let kinds = ["BubbleInfo": "tips", "Image": "image", "Video": "video", "Popup": "popup", "OptionInfo": "options"]
-                try? await context.emit("avatar_interaction", [("kind", .string(kinds[type] ?? type)), ("interaction_type", .string(type)),
+                try? await context.emit(.avatarInteraction, [("kind", .string(kinds[type] ?? type)), ("interaction_type", .string(type)),
                                                                 ("content", details["interaction_content"] ?? .null),
                                                                 ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
             }
             if case .int(4)? = details["chat_status"] {
-                try? await context.emit("avatar_status", [("status", "script_ended"), ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
+                try? await context.emit(.avatarStatus, [("status", "script_ended"), ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
             }
         case .speakStatus(let status, let id):
-            try? await context.emit("avatar_status", [("status", .string(status)), ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
+            try? await context.emit(.avatarStatus, [("status", .string(status)), ("speech_id", id.map { .int(Int64($0)) } ?? .null)])
         case .riskNotice(let t):
-            try? await context.emit("avatar_text", [("kind", "risk"), ("text", .string(t))])
+            try? await context.emit(.avatarText, [("kind", "risk"), ("text", .string(t))])
         case .discardedText(let t):
-            try? await context.emit("avatar_text", [("kind", "discarded"), ("text", .string(t))])
+            try? await context.emit(.avatarText, [("kind", "discarded"), ("text", .string(t))])
         case .error(let code, let message):
             let e = IVHError(.api(code), message, operation: "commandchannel")
             try? await context.emitError(code: e.stableCode, message: e.description)
         case .other(let type):
             let all = IVHPush.details(raw, includePayload: true)
-            try? await context.emit("avatar_push", [("type", type.map { .int(Int64($0)) } ?? .null), ("payload", all["payload"] ?? .null)])
+            try? await context.emit(.avatarPush, [("type", type.map { .int(Int64($0)) } ?? .null), ("payload", all["payload"] ?? .null)])
         }
     }
 }

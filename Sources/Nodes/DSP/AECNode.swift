@@ -305,7 +305,7 @@ public actor AECNode: Node {
             fields.append(("gated_ms", .int(Int64(gatedBlocks) * blockMs)))
             context.gauge("echo_gated_ms", Double(gatedBlocks) * Double(blockMs))
         }
-        try await context.emit("aec_stats", fields)
+        try await context.emit(.aecStats, fields)
     }
 
     /// Echo canceller engines.

@@ -64,11 +64,11 @@ public actor SlicerNode: FrameProcessor {
         for a in actions {
             switch a {
             case .flowStart(let id, let pts):
-                try await context.emit("utterance_start", [("voice_id", .string(id)), ("seq", .int(0)), ("media_ms", .int(MediaTime.millis(pts)))])
+                try await context.emit(.utteranceStart, [("voice_id", .string(id)), ("seq", .int(0)), ("media_ms", .int(MediaTime.millis(pts)))])
             case .slice(let s):
                 try await context.send(Frame(payload: .audio(AudioBuffer(format: machine!.format, samples: s.samples)), pts: s.pts, marks: s.marks))
             case .flowEnd(let id, let lastSeq, let pts, let reason):
-                try await context.emit("utterance_end", [("voice_id", .string(id)), ("seq", .int(Int64(lastSeq))), ("media_ms", .int(MediaTime.millis(pts)))] + reason.fields)
+                try await context.emit(.utteranceEnd, [("voice_id", .string(id)), ("seq", .int(Int64(lastSeq))), ("media_ms", .int(MediaTime.millis(pts)))] + reason.fields)
             }
         }
     }

@@ -171,7 +171,7 @@ public actor VADNode: Node {
                 held[i].frame.marks.speechStart = true
             }
             turn?.startTurn(at: max(0, onset - Int64(preRollMs) * Int64(rate) / 1000))
-            try await context.emit("speech_start", [("media_ms", .int(mediaMs(onset))), ("speech_ms", .int(spanMs(position - onset)))])
+            try await context.emit(.speechStart, [("media_ms", .int(mediaMs(onset))), ("speech_ms", .int(spanMs(position - onset)))])
             return false
         case .speechEnd(let end, let reason):
             if !held.isEmpty {
@@ -179,7 +179,7 @@ public actor VADNode: Node {
                 held[held.count - 1].frame.marks.endReason = reason
                 lastEndMarked = held[held.count - 1].end
             }
-            try await context.emit("speech_end", [("media_ms", .int(mediaMs(end))), ("silence_ms", .int(spanMs(position - end)))] + reason.fields)
+            try await context.emit(.speechEnd, [("media_ms", .int(mediaMs(end))), ("silence_ms", .int(spanMs(position - end)))] + reason.fields)
             return false
         case .checkTurn:
             return false

@@ -27,7 +27,7 @@ public actor VolumeNode: FrameProcessor {
             let rate = audio.format.sampleRate
             for r in readings {
                 let ms = MediaTime.millis(origin + MediaTime.nanos(samples: r.endSample, rate: rate))
-                try await context.emit("volume", [
+                try await context.emit(.volume, [
                     ("db", .double(Self.round(r.db, 2))), ("level", .double(Self.round(r.level, 2))),
                     ("rms", .double(Self.round(r.rms, 6))), ("peak", .double(Self.round(r.peak, 6))),
                     ("media_ms", .int(ms)),

@@ -66,13 +66,13 @@ final class PeerDiscoveryLink: Sendable {
         for await event in mdnsEvents {
             switch event {
             case .found(let peer):
-                try? await context.emit("peer_found", [("instance", .string(peer.instance)), ("host", .string(peer.host)),
+                try? await context.emit(.peerFound, [("instance", .string(peer.instance)), ("host", .string(peer.host)),
                                                        ("address", .string(peer.addresses.first ?? "")), ("port", .int(Int64(peer.port))),
                                                        ("codec", .string(peer.txt["codec"] ?? ""))])
                 if let id = peer.txt["id"] { names.withLock { $0[id] = peer.instance } }
                 session.peerFound(peer)
             case .lost(let instance):
-                try? await context.emit("peer_lost", [("instance", .string(instance))])
+                try? await context.emit(.peerLost, [("instance", .string(instance))])
                 session.peerLost(instance: instance)
             case .error(let message):
                 context.logger.warning("discovery: \(message)")
@@ -90,13 +90,13 @@ final class PeerDiscoveryLink: Sendable {
                 generation.add(1, ordering: .relaxed)
                 context.count("connections")
                 context.logger.notice("connected to '\(peer.instance ?? peer.id)': sending RTP to \(rtp)")
-                try? await context.emit("connected", [("peer", .string(peer.instance ?? peer.id)), ("address", .string(rtp.host)),
+                try? await context.emit(.connected, [("peer", .string(peer.instance ?? peer.id)), ("address", .string(rtp.host)),
                                                       ("port", .int(Int64(rtp.port)))])
             case .disconnected(var peer, let reason):
                 if peer.instance == nil { peer.instance = names.withLock { $0[peer.id] } }
                 destination.withLock { $0 = nil }
                 context.logger.notice("'\(peer.instance ?? peer.id)' disconnected (\(reason)); waiting for it to come back")
-                try? await context.emit("disconnected", [("peer", .string(peer.instance ?? peer.id)), ("reason", .string(reason))])
+                try? await context.emit(.disconnected, [("peer", .string(peer.instance ?? peer.id)), ("reason", .string(reason))])
             case .rejected(let peer, let reason):
                 try? await context.emitError(code: "peer_rejected", message: "'\(peer.instance ?? peer.id)' declined the call: \(reason)")
             case .error(let message):

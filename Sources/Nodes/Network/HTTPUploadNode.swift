@@ -233,11 +233,11 @@ public actor HTTPUploadNode: Node {
         if let v = upload.voiceID { fields.append(("voice_id", .string(v))) }
         if outcome.ok {
             if let path { try? FileManager.default.removeItem(atPath: path) }
-            try await context.emit("upload_done", fields)
+            try await context.emit(.uploadDone, fields)
             return
         }
         if let path { fields.append(("file", .string(path))) }
-        if outcome.status != nil { try await context.emit("upload_done", fields) }
+        if outcome.status != nil { try await context.emit(.uploadDone, fields) }
         try await context.emitError(code: "upload_failed", message: "POST \(settings.displayURL) failed: \(outcome.problem)"
                                     + (path.map { "; kept \($0) for retry" } ?? "; no spool_dir, so this audio is not kept"))
         if let path { retryQueue.yield(path) }
@@ -333,7 +333,7 @@ public actor HTTPUploadNode: Node {
                 fields += [("bytes", .int(Int64(data.count))), ("file", .string(path)), ("attempt", .int(Int64(attempt)))]
                 if o.ok {
                     try? FileManager.default.removeItem(atPath: path)
-                    try await context.emit("upload_done", fields)
+                    try await context.emit(.uploadDone, fields)
                     break
                 }
                 let last = attempt == settings.retryAttempts

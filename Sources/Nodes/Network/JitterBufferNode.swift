@@ -113,7 +113,7 @@ public actor JitterBufferNode: Node {
             fields.append(("clock_drift_ppm", .double(rounded)))
             context.gauge("clock_drift_ppm", rounded)
         }
-        try await context.emit("jitter_stats", fields)
+        try await context.emit(.jitterStats, fields)
     }
 
     private static func nanos(_ d: Duration) -> Int64 {

@@ -71,7 +71,7 @@ public actor RTPReceiveNode: Node {
         }
         let boundPort = socket.localPort
         context.logger.info("receiving RTP on \(bindHost) port \(boundPort)")
-        try await context.emit("rtp_listening", [("port", .int(Int64(boundPort))), ("bind", .string(bindHost))])
+        try await context.emit(.rtpListening, [("port", .int(Int64(boundPort))), ("bind", .string(bindHost))])
         let pacer = context.makePacer()
         var nextReport = statsIntervalNanos
         do {
@@ -193,14 +193,14 @@ public actor RTPReceiveNode: Node {
 
     private func report(_ context: NodeContext) async throws {
         guard var s = source else {
-            try await context.emit("rtp_stats", [("received", .int(0)), ("lost", .int(0)), ("duplicated", .int(0)),
+            try await context.emit(.rtpStats, [("received", .int(0)), ("lost", .int(0)), ("duplicated", .int(0)),
                                                  ("reordered", .int(0)), ("jitter_ms", .double(0))])
             return
         }
         flushCounters(&s, context: context)
         source = s
         let st = s.stats
-        try await context.emit("rtp_stats", [
+        try await context.emit(.rtpStats, [
             ("ssrc", .int(Int64(s.ssrc))), ("received", .int(st.received)), ("expected", .int(st.expected)),
             ("lost", .int(st.lost)), ("duplicated", .int(st.duplicated)), ("reordered", .int(st.reordered)),
             ("jitter_ms", .double((st.jitter / (Double(clock) / 10_000)).rounded() / 10)),

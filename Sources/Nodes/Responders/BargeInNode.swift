@@ -90,7 +90,7 @@ public actor BargeInNode: Node {
     /// Takes one event; returns a delay (ms) after which a pending barge-in is to be decided.
     private func observe(_ e: Event, at now: Double, context: NodeContext) async throws -> Int? {
         switch e.name {
-        case "speech_start":
+        case .speechStart:
             guard active(at: now), pending == nil else { return nil }
             pendingID += 1
             words = 0
@@ -102,14 +102,14 @@ public actor BargeInNode: Node {
                 return nil
             }
             return wait > 0 ? Int(wait) : nil
-        case "speech_end":
+        case .speechEnd:
             if pending != nil {
                 pending = nil
                 context.count("ignored_speech")
             }
             let silence = Double(e["silence_ms"]?.intValue ?? 0) / 1000
             turn = TurnTimes(speechEnd: now, endOfSpeech: now - silence)
-        case "transcript":
+        case .transcript:
             let text = e["text"]?.stringValue ?? ""
             if pending != nil, minWords > 0 {
                 words = max(words, text.split(whereSeparator: { $0.isWhitespace }).count)
@@ -120,30 +120,30 @@ public actor BargeInNode: Node {
             if e["final"]?.boolValue == true, !text.trimmingCharacters(in: .whitespaces).isEmpty, turn.final == nil {
                 turn.final = now
             }
-        case "response_start":
+        case .responseStart:
             requests += 1
             answerStart = nil
             answerAudioMs = 0
-        case "response_end", "error":
+        case .responseEnd, .error:
             requests = max(0, requests - 1)
-        case "tts_start":
+        case .ttsStart:
             speaking += 1
             if turn.final != nil, turn.ttsStart == nil { turn.ttsStart = now }
-        case "tts_end":
+        case .ttsEnd:
             speaking = max(0, speaking - 1)
             if e["interrupted"]?.boolValue != true { answerAudioMs += e["duration_ms"]?.intValue ?? 0 }
-        case "playback_start":
+        case .playbackStart:
             let delay = e["delay_ms"]?.intValue
             if answerStart == nil { answerStart = now + Double(delay ?? 0) / 1000 }
             if turn.final != nil, !turn.measured {
                 turn.measured = true
                 try await report(playbackAt: now, delayMs: delay, context: context)
             }
-        case "interrupted":
+        case .interrupted:
             answerStart = nil
             answerAudioMs = 0
             // The responder keeps only what was played.
-            try await context.output("interrupt").send(.event(Event("interrupted", fields: e.fields)))
+            try await context.output("interrupt").send(.event(Event(.interrupted, fields: e.fields)))
         default:
             break
         }
@@ -161,8 +161,8 @@ public actor BargeInNode: Node {
         pending = nil
         context.count("barge_ins")
         let fields: [(String, EventValue)] = [("media_ms", .int(p.mediaMs)), ("min_speech_ms", .int(Int64(minSpeechMs)))]
-        try await context.output("interrupt").send(.event(Event("barge_in", fields: fields)))
-        try await context.emit("barge_in", fields)
+        try await context.output("interrupt").send(.event(Event(.bargeIn, fields: fields)))
+        try await context.emit(.bargeIn, fields)
     }
 
     private func report(playbackAt: Double, delayMs: Int64?, context: NodeContext) async throws {
@@ -181,7 +181,7 @@ public actor BargeInNode: Node {
             ("playback_ms", delayMs.map { .int($0) } ?? .null),
         ]
         context.count("turns")
-        try await context.emit("latency", fields)
+        try await context.emit(.latency, fields)
     }
 
     /// Configuration of `barge-in`.

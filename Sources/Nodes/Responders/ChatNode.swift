@@ -104,7 +104,7 @@ public actor ChatNode: Node {
         let (signal, continuation) = AsyncStream<Void>.makeStream()
         splitter.reset()
         turn = Turn(asked: asked, pts: pts, signal: continuation)
-        try await context.emit("response_start", [("text", .string(asked))])
+        try await context.emit(.responseStart, [("text", .string(asked))])
         let messages = history.messages(system: system, user: asked)
         let (client, policy, timeout, clock) = (self.client, self.policy, self.timeout, context.clock)
         var outcome: Outcome = await withTaskGroup(of: Outcome?.self) { group in
@@ -173,7 +173,7 @@ public actor ChatNode: Node {
         fields += [("first_token_ms", t.firstToken.map { .int(ResponderActivity.millis($0)) } ?? .null),
                    ("total_ms", .int(ResponderActivity.millis(total))),
                    ("sentences", .int(Int64(t.sent.count)))]
-        try await context.emit("response_end", fields)
+        try await context.emit(.responseEnd, fields)
     }
 
     /// A piece of the answer came: passes on the sentences it completes.
@@ -195,7 +195,7 @@ public actor ChatNode: Node {
     /// An event on `interrupt`: cancels the answer in flight; an `interrupted` event's `text` is the
     /// part of the answer that was played, and the part the history keeps.
     private func interrupt(_ event: Event, context: NodeContext) {
-        let played = event.name == "interrupted" ? event["text"]?.stringValue : nil
+        let played = event.name == .interrupted ? event["text"]?.stringValue : nil
         if turn != nil {
             turn?.interrupted = true
             if let played { turn?.played = played }

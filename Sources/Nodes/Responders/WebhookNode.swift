@@ -74,7 +74,7 @@ public actor WebhookNode: Node {
         current = (continuation, false)
         defer { current = nil }
         turns += 1
-        try await context.emit("response_start", [("text", .string(asked))])
+        try await context.emit(.responseStart, [("text", .string(asked))])
         let request = try makeRequest(asked, id: context.id, turn: turns, ts: context.elapsed)
         let (policy, timeout, clock, display) = (self.policy, self.timeout, context.clock, displayURL)
         let result: Result<Answer, ResponderFailure>? = await withTaskGroup(of: Result<Answer, ResponderFailure>??.self) { group in
@@ -119,7 +119,7 @@ public actor WebhookNode: Node {
                                                   ("total_ms", .int(ResponderActivity.millis(pacer.elapsed))),
                                                   ("sentences", .int(Int64(sent.count)))]
             if current?.interrupted == true { fields.append(("interrupted", .bool(true))) }
-            try await context.emit("response_end", fields)
+            try await context.emit(.responseEnd, fields)
         case .failure(let failure)?:
             var event = Event.error(code: failure.code.rawValue, message: failure.message)
             event.fields += [("text", .string(asked)), ("attempts", .int(Int64(failure.attempts)))]
@@ -128,7 +128,7 @@ public actor WebhookNode: Node {
             try await context.emit(event)
         case nil:
             context.count("interruptions")
-            try await context.emit("response_end", [("text", ""), ("total_ms", .int(ResponderActivity.millis(pacer.elapsed))),
+            try await context.emit(.responseEnd, [("text", ""), ("total_ms", .int(ResponderActivity.millis(pacer.elapsed))),
                                                     ("sentences", 0), ("interrupted", true)])
         }
     }

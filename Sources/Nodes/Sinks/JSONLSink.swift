@@ -17,7 +17,7 @@ public actor JSONLSinkNode: Node {
             switch frame.payload {
             case .event(let e): line = e.jsonLine()
             case .text(let t):
-                line = Event("text", node: context.id, ts: context.elapsed, fields: [("text", .string(t))]).jsonLine()
+                line = Event(.text, node: context.id, ts: context.elapsed, fields: [("text", .string(t))]).jsonLine()
             default: continue
             }
             if readerGone {

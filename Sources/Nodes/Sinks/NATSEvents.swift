@@ -10,7 +10,7 @@ import PipelineCore
 /// ```swift
 /// let events = try NATSEventPublisher(url: "nats://127.0.0.1:4222", stream: "VOICEPIPE", environment: variables, logger: logger)
 /// let loop = Task { await events.publisher.run() }
-/// events.publish(Event("transcript", fields: [("text", "hello")]), route: "asr", session: "s1")
+/// events.publish(Event(.transcript, fields: [("text", "hello")]), route: "asr", session: "s1")
 /// ```
 public struct NATSEventPublisher: Sendable {
     /// The JetStream publisher underneath (its counters, `run()`, `close(timeout:)`).
@@ -62,7 +62,7 @@ public struct NATSEventPublisher: Sendable {
 
     /// Queues `event` (never blocks).
     public func publish(_ event: Event, route: String, session: String, base: String? = nil) {
-        publisher.publish(subject: subject(route: route, session: session, event: event.name, base: base),
+        publisher.publish(subject: subject(route: route, session: session, event: event.name.rawValue, base: base),
                           payload: Self.payload(event, route: route, session: session, worker: worker))
     }
 
@@ -122,27 +122,27 @@ public actor NATSSinkNode: Node {
             var sent = 0
             var texts: [String] = []
             if c.lifecycle {
-                events.publish(Event("started", node: context.id, ts: context.elapsed, fields: [("protocol", "run")]), route: c.route, session: session, base: base)
+                events.publish(Event(.started, node: context.id, ts: context.elapsed, fields: [("protocol", "run")]), route: c.route, session: session, base: base)
             }
             for await frame in context.input() {
                 let event: Event
                 switch frame.payload {
                 case .event(let e): event = e
-                case .text(let t): event = Event("text", node: context.id, ts: context.elapsed, fields: [("text", .string(t))])
+                case .text(let t): event = Event(.text, node: context.id, ts: context.elapsed, fields: [("text", .string(t))])
                 default: continue
                 }
                 // The recognizer's `finished` (the whole text) becomes part of the run's one `finished`.
-                if c.lifecycle && event.name == "finished" {
+                if c.lifecycle && event.name == .finished {
                     if let t = event["text"]?.stringValue, !t.isEmpty { texts.append(t) }
                     continue
                 }
-                if let wanted, !wanted.contains(event.name) { continue }
+                if let wanted, !wanted.contains(event.name.rawValue) { continue }
                 events.publish(event, route: c.route, session: session, base: base)
                 sent += 1
             }
             if c.lifecycle {
                 let s = publisher.statistics
-                events.publish(Event("finished", node: context.id, ts: context.elapsed,
+                events.publish(Event(.finished, node: context.id, ts: context.elapsed,
                                      fields: [("outcome", "completed"), ("events", .int(Int64(sent))), ("dropped", .int(Int64(s.dropped))),
                                               ("text", .string(texts.joined(separator: " ")))]),
                                route: c.route, session: session, base: base)

@@ -50,7 +50,7 @@ public actor WAVSinkNode: Node {
             }
             if let turn = frame.marks.caption?.turn, turn != lastTurn {
                 lastTurn = turn
-                try await context.emit("playback_start", [("delay_ms", .int(0)), ("text", .string(frame.marks.caption!.text)),
+                try await context.emit(.playbackStart, [("delay_ms", .int(0)), ("text", .string(frame.marks.caption!.text)),
                                                           ("turn_ms", .int(MediaTime.millis(turn)))])
             }
             if realtime {
@@ -95,7 +95,7 @@ public actor WAVSinkNode: Node {
         var fields: [(String, EventValue)] = [("text", .string(heard.text)), ("heard_ms", .int(Int64(heard.samples * 1000 / max(rate, 1)))),
                                               ("discarded_ms", .int(Int64(heard.discarded * 1000 / max(rate, 1))))]
         if let turn = heard.turn { fields.append(("turn_ms", .int(MediaTime.millis(turn)))) }
-        try await context.emit("interrupted", fields)
+        try await context.emit(.interrupted, fields)
     }
 
     /// Configuration of `wav-sink` (`device`, `rate`, `channels`, `frame_ms`, `latency_ms`, `drift_compensation`, `on_device_lost` are accepted

@@ -89,7 +89,7 @@ public actor TTSNode: Node {
             if sentences.isEmpty { continue }
             let text = raw.trimmingCharacters(in: .whitespacesAndNewlines)
             cut.speaking = frame.pts
-            try await context.emit("tts_start", [("text", .string(text))])
+            try await context.emit(.ttsStart, [("text", .string(text))])
             await queue.send(.begin(text: text, created: frame.created, turn: frame.pts))
             for sentence in sentences {
                 try Task.checkCancellation()
@@ -139,7 +139,7 @@ public actor TTSNode: Node {
                 let nanos = MediaTime.nanos(samples: current.samplesSent, rate: configuration.format.sampleRate)
                 var fields: [(String, EventValue)] = [("text", .string(current.text)), ("duration_ms", .int(MediaTime.millis(nanos)))]
                 if interrupted { fields.append(("interrupted", .bool(true))) }
-                try await context.emit("tts_end", fields)
+                try await context.emit(.ttsEnd, fields)
             }
         }
     }
@@ -259,9 +259,9 @@ struct SynthesisQueue: Sendable {
             var frame = Frame.text(text, pts: turn)
             frame.created = created
             await edge.send(frame)
-        case .sentence(let sentence): await edge.send(.event(Event("sentence", fields: [("text", .string(sentence))])))
+        case .sentence(let sentence): await edge.send(.event(Event(.sentence, fields: [("text", .string(sentence))])))
         case .audio(let audio): await edge.send(.audio(audio, pts: 0))
-        case .end(let turn): await edge.send(.event(Event("end"), pts: turn))
+        case .end(let turn): await edge.send(.event(Event(.end), pts: turn))
         }
     }
 
@@ -271,7 +271,7 @@ struct SynthesisQueue: Sendable {
         switch frame.payload {
         case .text(let text): return .begin(text: text, created: frame.created, turn: frame.pts)
         case .audio(let audio): return .audio(audio)
-        case .event(let e) where e.name == "sentence": return .sentence(e["text"]?.stringValue ?? "")
+        case .event(let e) where e.name == .sentence: return .sentence(e["text"]?.stringValue ?? "")
         default: return .end(turn: frame.pts)
         }
     }

@@ -72,10 +72,10 @@ public actor WakeNode: Node {
     }
 
     /// The VAD's events: speech after a wake word, and its end.
-    private func heard(_ name: String) {
+    private func heard(_ name: EventName) {
         guard listening else { return }
-        if name == "speech_start" { heardSpeech = true }
-        if name == "speech_end" && heardSpeech { speechOver = true }
+        if name == .speechStart { heardSpeech = true }
+        if name == .speechEnd && heardSpeech { speechOver = true }
     }
 
     private func detect(_ detector: WakeDetector, linked: Bool, context: NodeContext) async throws {
@@ -107,7 +107,7 @@ public actor WakeNode: Node {
                     if timedOut {
                         out.marks.speechEnd = true
                         out.marks.endReason = .wakeTimeout
-                        try await context.emit("listen_end", [("media_ms", .int(nowMs))] + EndReason.wakeTimeout.fields)
+                        try await context.emit(.listenEnd, [("media_ms", .int(nowMs))] + EndReason.wakeTimeout.fields)
                     }
                     try await context.send(out)
                     continue
@@ -116,7 +116,7 @@ public actor WakeNode: Node {
             if !gate || listening || out.marks.wake != nil { try await context.send(out) }
             if let f = fired, nowMs - (lastFired[f.word] ?? Int64.min / 2) >= Int64(refractoryMs) {
                 lastFired[f.word] = nowMs
-                try await context.emit("wake", [("word", .string(f.word)), ("score", .double((f.score * 1000).rounded() / 1000)),
+                try await context.emit(.wake, [("word", .string(f.word)), ("score", .double((f.score * 1000).rounded() / 1000)),
                                                  ("engine", .string(f.engine.rawValue)), ("media_ms", .int(nowMs))])
                 markNext = WakeMark(word: f.word, score: f.score)
                 if gate {

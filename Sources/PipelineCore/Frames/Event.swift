@@ -38,8 +38,8 @@ extension EventValue {
 /// A named event with fields, as written by `jsonl-sink`:
 /// `{"ts": <seconds since start>, "node": "<id>", "event": "<name>", ...fields}`.
 public struct Event: Sendable {
-    /// Event name, e.g. `speech_start`, `transcript`, `error`.
-    public var name: String
+    /// Event name, e.g. `speech_start`, `transcript`, `error` (``EventName``).
+    public var name: EventName
     /// Id of the node that emitted it (stamped by the runtime when empty).
     public var node: String
     /// Seconds since the pipeline started (stamped by the runtime when nil).
@@ -48,7 +48,7 @@ public struct Event: Sendable {
     public var fields: [(String, EventValue)]
 
     /// Creates an event.
-    public init(_ name: String, node: String = "", ts: Double? = nil, fields: [(String, EventValue)] = []) {
+    public init(_ name: EventName, node: String = "", ts: Double? = nil, fields: [(String, EventValue)] = []) {
         self.name = name
         self.node = node
         self.ts = ts
@@ -62,7 +62,7 @@ public struct Event: Sendable {
 
     /// An `error` event: `{"event":"error","node":..,"code":..,"message":..}`.
     public static func error(code: String, message: String) -> Event {
-        Event("error", fields: [("code", .string(code)), ("message", .string(message))])
+        Event(.error, fields: [("code", .string(code)), ("message", .string(message))])
     }
 
     /// An `error` event about one flow: `voice_id` names it (omitted when `nil`).
@@ -77,7 +77,7 @@ public struct Event: Sendable {
         var out = "{"
         out += "\"ts\":" + EventJSON.number(((ts ?? 0) * 1000).rounded() / 1000)
         out += ",\"node\":" + EventJSON.quote(node)
-        out += ",\"event\":" + EventJSON.quote(name)
+        out += ",\"event\":" + EventJSON.quote(name.rawValue)
         for (k, v) in fields where k != "ts" && k != "node" && k != "event" {
             out += "," + EventJSON.quote(k) + ":" + EventJSON.encode(v)
         }

@@ -90,7 +90,7 @@ public final class AppSinkNode: Node {
         var fields: [(String, EventValue)] = [("text", .string(heard.text)), ("heard_ms", .int(Int64(heard.samples * 1000 / r))),
                                               ("discarded_ms", .int(Int64(heard.discarded * 1000 / r)))]
         if let turn = heard.turn { fields.append(("turn_ms", .int(MediaTime.millis(turn)))) }
-        try await context.emit("interrupted", fields)
+        try await context.emit(.interrupted, fields)
     }
 
     /// What the app took of captioned audio, and its rate.

@@ -81,7 +81,7 @@ public struct NodeContext: Sendable {
     }
 
     /// Emits an event with fields.
-    public func emit(_ name: String, _ fields: [(String, EventValue)] = []) async throws {
+    public func emit(_ name: EventName, _ fields: [(String, EventValue)] = []) async throws {
         try await emit(Event(name, fields: fields))
     }
 

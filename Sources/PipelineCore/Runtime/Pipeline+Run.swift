@@ -28,7 +28,7 @@ extension Pipeline {
                     let result = await self.runNode(n)
                     if case .failed(let error) = result, lifecycle.withLock({ $0.failed(error) }) {
                         self.logger.error("\(error.description)")
-                        self.shared.bus.publish(Event("error", node: error.node, ts: self.shared.elapsed,
+                        self.shared.bus.publish(Event(.error, node: error.node, ts: self.shared.elapsed,
                                                       fields: [("code", .string(error.code.rawValue)), ("message", .string(error.message))]))
                         self.shared.markStopping()
                         self.stopSignal.fire()
@@ -51,7 +51,7 @@ extension Pipeline {
                     let queued = self.edges.values.reduce(0) { $0 + $1.depth }
                     let ms = Int64(self.drainTimeout.components.seconds * 1000 + self.drainTimeout.components.attoseconds / 1_000_000_000_000_000)
                     self.logger.warning("stop: the graph did not drain within \(ms) ms; cancelling it with \(queued) frame(s) still queued")
-                    self.shared.bus.publish(Event("drain_timeout", node: "pipeline", ts: self.shared.elapsed,
+                    self.shared.bus.publish(Event(.drainTimeout, node: "pipeline", ts: self.shared.elapsed,
                                                   fields: [("timeout_ms", .int(ms)), ("queued_frames", .int(Int64(queued)))]))
                 }
                 self.stopSignal.abort()
@@ -103,7 +103,7 @@ extension Pipeline {
                     attempt += 1
                     restarts.withLock { $0[n.id, default: 0] += 1 }
                     logger.warning("node '\(n.id)' failed (\(message)); restart \(attempt) of \(policy.max) in \(policy.backoffMs) ms")
-                    shared.bus.publish(Event("restart", node: n.id, ts: shared.elapsed,
+                    shared.bus.publish(Event(.restart, node: n.id, ts: shared.elapsed,
                                              fields: [("attempt", .int(Int64(attempt))), ("message", .string(message))]))
                     try? await clock.sleep(for: .milliseconds(policy.backoffMs))
                     do {

@@ -8,7 +8,7 @@ import Synchronization
 /// let pipeline = try Pipeline(yaml: text, registry: BuiltinNodes.registry())
 /// let events = pipeline.events()            // every event, as an AsyncSequence
 /// async let done: Void = pipeline.run()
-/// for await e in events where e.name == "transcript" { print(e["text"] ?? "") }
+/// for await e in events where e.name == .transcript { print(e["text"] ?? "") }
 /// try await done
 /// ```
 public final class Pipeline: Sendable {
@@ -181,7 +181,7 @@ public final class Pipeline: Sendable {
                 let id = n.id
                 lateness = LatenessWatch(budget: .milliseconds(budget), clock: mediaClock) { age in
                     c.add("late", 1)
-                    let e = Event("late", node: id, ts: shared.elapsed,
+                    let e = Event(.late, node: id, ts: shared.elapsed,
                                   fields: [("age_ms", .double((age.milliseconds * 10).rounded() / 10)), ("budget_ms", .int(Int64(budget)))])
                     shared.bus.publish(e)
                     try? await events?.send(.event(e))

@@ -59,7 +59,7 @@ struct ServeConfiguration: Sendable {
         /// True when `event` is one that reaches the sink's `interrupt` input.
         func interrupts(_ event: Event) -> Bool {
             guard let names = interruptedBy[event.node] else { return false }
-            return names?.contains(event.name) ?? true
+            return names?.contains(event.name.rawValue) ?? true
         }
         /// Most answer audio waiting for a slow client, in milliseconds (oldest dropped beyond).
         var bufferMs: Int

@@ -366,7 +366,7 @@ final class ServeSession: Sendable {
             send(json: ["code": code, "message": message, "voice_id": voiceID ?? captures["voice_id"] ?? ""])
             closeSoon()
         default:
-            send(text: Event("error", node: "serve", fields: [("code", .string(websocketCode)), ("message", .string(message))]).jsonLine())
+            send(text: Event(.error, node: "serve", fields: [("code", .string(websocketCode)), ("message", .string(message))]).jsonLine())
             self.close(close)
         }
     }

@@ -30,16 +30,16 @@ struct SessionEvents: Sendable {
         var fields: [(String, EventValue)] = [("protocol", .string(kind))]
         if let remote { fields.append(("remote", .string(remote))) }
         fields.append(("unix_time", .double((Date().timeIntervalSince1970 * 1000).rounded() / 1000)))
-        events.publish(Event("started", node: "serve", ts: 0, fields: fields), route: route, session: session)
+        events.publish(Event(.started, node: "serve", ts: 0, fields: fields), route: route, session: session)
     }
 
     func forward(_ event: Event) {
         guard let events = server.events else { return }
-        if event.name == "finished" {
+        if event.name == .finished {
             if let text = event["text"]?.stringValue, !text.isEmpty { texts.list.withLock { $0.append(text) } }
             return
         }
-        guard server.publishes(event.name), event.name != "started" else { return }
+        guard server.publishes(event.name.rawValue), event.name != .started else { return }
         events.publish(event, route: route, session: session)
     }
 
@@ -51,7 +51,7 @@ struct SessionEvents: Sendable {
                                               ("audio_bytes", .int(Int64(audioBytes))), ("drops", .int(Int64(drops)))]
         fields += extra
         fields.append(("text", .string(texts.list.withLock { $0.joined(separator: " ") })))
-        let e = Event("finished", node: "serve", ts: seconds, fields: fields)
+        let e = Event(.finished, node: "serve", ts: seconds, fields: fields)
         let stored = await events.publisher.publishAndWait(subject: events.subject(route: route, session: session, event: "finished"),
                                                            payload: NATSEventPublisher.payload(e, route: route, session: session, worker: events.worker),
                                                            timeout: .milliseconds(n.finishedAckMs))

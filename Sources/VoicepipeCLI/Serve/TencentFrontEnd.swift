@@ -95,7 +95,7 @@ enum TencentFrontEnd {
 
     /// The result messages for a pipeline event (only `transcript` events give any).
     static func messages(for event: Event, voiceID: String, state: inout State) -> [[String: Any]] {
-        guard event.name == "transcript" else { return [] }
+        guard event.name == .transcript else { return [] }
         let key = "\(event["voice_id"]?.stringValue ?? "")/\(event["seq"]?.intValue ?? 0)"
         let final = event["final"].map { v -> Bool in if case .bool(let b) = v { b } else { false } } ?? false
         let text = event["text"]?.stringValue ?? ""

@@ -176,10 +176,10 @@ final class WyomingServeConnection: Sendable {
             collect = Task {
                 for await e in events {
                     bus.forward(e)
-                    if e.name == "wake", let word = e["word"]?.stringValue {
+                    if e.name == .wake, let word = e["word"]?.stringValue {
                         detected(WyomingEvent(type: "detection", data: ["name": word, "timestamp": e["media_ms"]?.intValue ?? 0]))
                     }
-                    guard e.name == "transcript" else { continue }
+                    guard e.name == .transcript else { continue }
                     if case .bool(true)? = e["final"], let text = e["text"]?.stringValue, !text.isEmpty { finals.append(text) }
                 }
             }

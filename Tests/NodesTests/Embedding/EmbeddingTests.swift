@@ -36,7 +36,7 @@ struct EmbeddingTests {
         }
         mic.finish()
 
-        var names: [String] = []
+        var names: [EventName] = []
         var finals: [String] = []
         for await e in events {
             names.append(e.name)
