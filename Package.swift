@@ -30,13 +30,16 @@ let package = Package(
     ],
     targets: [
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
-        .systemLibrary(name: "CPulse", pkgConfig: "libpulse-simple", providers: [.apt(["libpulse-dev"])]),
         .systemLibrary(name: "COpus", pkgConfig: "opus", providers: [.apt(["libopus-dev"])]),
         .systemLibrary(name: "CSpeexDSP", pkgConfig: "speexdsp", providers: [.apt(["libspeexdsp-dev"])]),
-        .systemLibrary(name: "CPocketSphinx", pkgConfig: "pocketsphinx", providers: [.apt(["libpocketsphinx-dev"])]),
-        // Speech synthesis: flite (no pkg-config file; its voices are libraries of their own) and espeak-ng.
-        .systemLibrary(name: "CFlite", providers: [.apt(["flite1-dev"])]),
-        .systemLibrary(name: "CEspeakNG", pkgConfig: "espeak-ng", providers: [.apt(["libespeak-ng-dev"])]),
+        // PulseAudio, PocketSphinx, flite (and each of its voices) and eSpeak NG: loaded at first use (dlopen), as
+        // FFmpeg and ONNX Runtime are. The build needs their headers (libpulse-dev, libpocketsphinx-dev,
+        // flite1-dev, libespeak-ng-dev); a run loads only what its graph uses (libpulse alone brought some thirty
+        // libraries: dbus, systemd, X11, sndfile...), and names the missing library when a node needs it.
+        .target(name: "CPulse", path: "Sources/CPulse", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CPocketSphinx", path: "Sources/CPocketSphinx", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CFlite", path: "Sources/CFlite", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CEspeakNG", path: "Sources/CEspeakNG", linkerSettings: [.linkedLibrary("dl")]),
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
         // whisper.cpp's C API, loaded at run time (dlopen): the build does not need the library.

@@ -107,6 +107,7 @@ final class PocketSphinxDecoder: @unchecked Sendable {
 
     /// Loads the models. Slow (hundreds of milliseconds); call it on the worker thread.
     init(_ settings: PocketSphinxSettings) throws {
+        if let problem = libraryProblem({ vp_pocketsphinx_load($0, $1) }) { throw NodeError(.engineUnavailable, problem) }
         Self.quiet
         var cstrings = settings.arguments.map { strdup($0) }
         defer { cstrings.forEach { free($0) } }

@@ -16,6 +16,7 @@ enum PulseDeviceList {
     /// Sinks and sources of the server PULSE_SERVER (or the default one) names.
     /// Throws when the server cannot be reached within `timeout`.
     static func list(timeout: Duration = .seconds(2)) throws -> [AudioDeviceInfo] {
+        if let problem = libraryProblem({ vp_pulse_load($0, $1) }) { throw AudioDevices.ListError(backend: .pulse, message: problem) }
         guard let loop = pa_mainloop_new() else { throw AudioDevices.ListError(backend: .pulse, message: "cannot create a main loop") }
         defer { pa_mainloop_free(loop) }
         guard let ctx = pa_context_new(pa_mainloop_get_api(loop), "voicepipe devices") else {

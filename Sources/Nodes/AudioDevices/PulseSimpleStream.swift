@@ -24,6 +24,7 @@ final class PulseSimpleStream {
         } else {
             attr.tlength = max(latency, period * 2)
         }
+        if let problem = libraryProblem({ vp_pulse_load($0, $1) }) { throw NodeError(.backendUnavailable, problem) }
         var err: Int32 = 0
         let device: String? = spec.device == "default" || spec.device.isEmpty ? nil : spec.device
         let h = pa_simple_new(nil, "voicepipe", direction, device, spec.streamName, &ss, nil, &attr, &err)

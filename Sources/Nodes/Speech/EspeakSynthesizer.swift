@@ -52,6 +52,7 @@ enum EspeakLibrary {
 
         mutating func initialize() throws -> Int {
             if let sampleRate { return sampleRate }
+            if let problem = libraryProblem({ vp_espeak_load($0, $1) }) { throw NodeError(.engineUnavailable, problem) }
             let rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, nil, espeakINITIALIZE_DONT_EXIT)
             guard rate > 0 else {
                 throw NodeError(.engineUnavailable, "espeak-ng could not start (its data, espeak-ng-data, is missing?); install libespeak-ng1 and espeak-ng-data")

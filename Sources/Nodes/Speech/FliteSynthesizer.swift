@@ -80,12 +80,14 @@ enum FliteLibrary {
 
         mutating func voice(_ v: FliteSynthesizer.Voice) throws -> UnsafeMutablePointer<cst_voice> {
             if !initialized {
+                if let problem = libraryProblem({ vp_flite_load($0, $1) }) { throw NodeError(.engineUnavailable, problem) }
                 _ = vp_flite_init()
                 initialized = true
             }
             if let loaded = voices[v] { return loaded }
             guard let loaded = v.register() else {
-                throw NodeError(.voiceUnavailable, "flite could not load its voice \(v.rawValue) (libflite_cmu_us_\(v.rawValue)); reinstall flite1-dev")
+                let why = libraryProblem { vp_flite_voice_load(v.rawValue, $0, $1) } ?? "libflite_cmu_us_\(v.rawValue).so.1 did not register it; install libflite1"
+                throw NodeError(.voiceUnavailable, "flite could not load its voice \(v.rawValue): \(why)")
             }
             voices[v] = loaded
             return loaded

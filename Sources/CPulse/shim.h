@@ -1,4 +1,0 @@
-#pragma once
-#include <pulse/pulseaudio.h>
-#include <pulse/simple.h>
-#include <pulse/error.h>
