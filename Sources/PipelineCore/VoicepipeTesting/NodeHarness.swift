@@ -100,7 +100,7 @@ public final class NodeHarness: Sendable {
     public var events: [Event] { collected.withLock { $0 } }
 
     /// Events named `name`.
-    public func events(named name: String) -> [Event] { events.filter { $0.name == name } }
+    public func events(named name: EventName) -> [Event] { events.filter { $0.name == name } }
 
     /// Asks the node to stop as a pipeline stop would (sources are cancelled, the rest drain).
     public func stop() { pipeline.stop() }
