@@ -6,12 +6,21 @@ public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
     public var line: Int
     /// Column from 1 (0 when unknown).
     public var column: Int
+    /// The value came from the command line (`--set`), not from a file.
+    public var isCommandLine = false
 
     /// Creates a location.
     public init(file: String, line: Int, column: Int) {
         self.file = file
         self.line = line
         self.column = column
+    }
+
+    /// A value given on the command line; `detail` says which (`--set mic.type`).
+    public static func commandLine(_ detail: String? = nil) -> SourceLocation {
+        var l = SourceLocation(file: "<command line>" + (detail.map { " " + $0 } ?? ""), line: 0, column: 0)
+        l.isCommandLine = true
+        return l
     }
 
     public var description: String { line > 0 ? "\(file):\(line):\(column)" : file }

@@ -15,7 +15,7 @@ public struct Override: Sendable, Hashable {
     /// Parses `ID.KEY=VALUE`.
     public init(parsing text: String) throws {
         guard let eq = text.firstIndex(of: "="), let dot = text[..<eq].firstIndex(of: ".") else {
-            throw GraphError([GraphIssue(.invalidOverride, at: SourceLocation(file: "<command line>", line: 0, column: 0),
+            throw GraphError([GraphIssue(.invalidOverride, at: .commandLine(),
                                          "--set \(text): expected ID.KEY=VALUE")])
         }
         node = String(text[..<dot])
@@ -360,8 +360,8 @@ public enum GraphLoader {
                     var to = Endpoint(parsing: parts[i + 1])
                     // In a chain a middle element's port names its input for the incoming link and,
                     // if it has an output of that name, its output for the outgoing one (resolved in validation).
-                    if i > 0 { from.port = from.port.map { "?" + $0 } }
-                    if i + 1 < parts.count - 1 { to.port = to.port.map { "?" + $0 } }
+                    if i > 0 { from.inChain = true }
+                    if i + 1 < parts.count - 1 { to.inChain = true }
                     spec.links.append(LinkSpec(from: from, to: to, capacity: nil, overflow: nil, location: at))
                 }
             } else if let m = item.mapping {
@@ -396,7 +396,7 @@ public enum GraphLoader {
     // MARK: - Overrides
 
     static func apply(_ overrides: [Override], to spec: inout GraphSpec) {
-        let cli = SourceLocation(file: "<command line>", line: 0, column: 0)
+        let cli = SourceLocation.commandLine()
         for o in overrides {
             guard let i = spec.nodes.firstIndex(where: { $0.id == o.node }) else {
                 spec.issues.append(GraphIssue(.invalidOverride, at: cli, node: o.node,
@@ -412,14 +412,14 @@ public enum GraphLoader {
             }
             if o.key == "type" {
                 spec.nodes[i].type = o.value
-                spec.nodes[i].typeLocation = SourceLocation(file: "<command line> --set \(o.node).type", line: 0, column: 0)
+                spec.nodes[i].typeLocation = .commandLine("--set \(o.node).type")
                 spec.nodes[i].typeOverridden = true
                 continue
             }
             var v = scalarValue(o.value, plain: true)
             if o.value.hasPrefix("{") || o.value.hasPrefix("["), let n = try? Yams.compose(yaml: o.value) { v = value(n) }
             if !spec.nodes[i].params.keys.contains(o.key) { spec.nodes[i].paramOrder.append(o.key) }
-            spec.nodes[i].params[o.key] = (v, SourceLocation(file: "<command line> --set \(o.node).\(o.key)", line: 0, column: 0))
+            spec.nodes[i].params[o.key] = (v, .commandLine("--set \(o.node).\(o.key)"))
         }
     }
 }

@@ -4,6 +4,10 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     public var node: String
     /// Port name; `nil` means the node's default port.
     public var port: String?
+    /// The endpoint is a middle element of a chain (`a -> b.p -> c`): its port name is written once for
+    /// both of its links, so it may name the port on the other side (an input named `p` with no output
+    /// `p` means the default output, and the other way round). Resolved in validation.
+    public var inChain: Bool = false
 
     /// Parses `node` or `node.port`.
     public init(parsing text: String) {

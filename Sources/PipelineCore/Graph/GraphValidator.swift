@@ -100,7 +100,7 @@ public enum GraphValidator {
             for key in ns.paramOrder {
                 guard let (value, at) = ns.params[key] else { continue }
                 guard let p = d.parameter(key) else {
-                    if ns.typeOverridden && !at.file.hasPrefix("<command line>") {
+                    if ns.typeOverridden && !at.isCommandLine {
                         warnings.append("\(at): node '\(ns.id)': parameter '\(key)' does not apply to \(ns.type) (type set with --set); ignored")
                         continue
                     }
@@ -172,8 +172,8 @@ public enum GraphValidator {
                 ok = false
             }
             guard ok, let fromNode = resolved[l.from.node], let toNode = resolved[l.to.node] else { continue }
-            guard let out = outputPort(fromNode.descriptor, l.from.port, at: l.location, node: l.from.node, issues: &issues),
-                  let inp = inputPort(toNode.descriptor, l.to.port, at: l.location, node: l.to.node, issues: &issues) else { continue }
+            guard let out = outputPort(fromNode.descriptor, l.from.port, inChain: l.from.inChain, at: l.location, node: l.from.node, issues: &issues),
+                  let inp = inputPort(toNode.descriptor, l.to.port, inChain: l.to.inChain, at: l.location, node: l.to.node, issues: &issues) else { continue }
             // Kinds and codecs.
             let common = out.kinds.intersection(inp.kinds)
             if common.isEmpty {
@@ -277,16 +277,16 @@ public enum GraphValidator {
         }
 
         // Adjacency, built once: everything below stays linear in nodes plus links.
-        var incomingByInput: [String: [(ResolvedLink, SourceLocation)]] = [:]
+        var incomingByInput: [Endpoint: [(ResolvedLink, SourceLocation)]] = [:]
         for (l, at) in uniqueLinks {
-            incomingByInput[l.toNode + "\u{0}" + l.toPort, default: []].append((l, at))
+            incomingByInput[Endpoint(node: l.toNode, port: l.toPort), default: []].append((l, at))
         }
 
         // Required inputs.
         for ns in spec.nodes {
             guard let r = resolved[ns.id] else { continue }
             for p in r.descriptor.inputs where p.required {
-                if incomingByInput[ns.id + "\u{0}" + p.name] == nil {
+                if incomingByInput[Endpoint(node: ns.id, port: p.name)] == nil {
                     issues.append(GraphIssue(.unconnectedInput, at: ns.location, node: ns.id,
                                              "input '\(p.name)' (\(p.kindDescription)) is not connected; add a link `something -> \(ns.id)\(p.name == "in" ? "" : "." + p.name)`"))
                 }
@@ -296,7 +296,7 @@ public enum GraphValidator {
         // Formats, in topological order.
         for id in topo {
             guard var r = resolved[id] else { continue }
-            let incoming = incomingByInput[id + "\u{0}" + (r.descriptor.defaultInput?.name ?? "in")] ?? []
+            let incoming = incomingByInput[Endpoint(node: id, port: r.descriptor.defaultInput?.name ?? "in")] ?? []
             var inFormat: AudioFormat?
             for (l, at) in incoming {
                 guard let up = resolved[l.fromNode], let f = up.outputFormat, l.fromPort != "events" else { continue }
@@ -336,14 +336,13 @@ public enum GraphValidator {
         try validate(GraphLoader.load(path: path, environment: environment, overrides: overrides), registry: registry)
     }
 
-    static func outputPort(_ d: NodeDescriptor, _ name: String?, at: SourceLocation, node: String, issues: inout [GraphIssue]) -> PortSpec? {
-        guard var name else {
+    static func outputPort(_ d: NodeDescriptor, _ name: String?, inChain: Bool = false, at: SourceLocation, node: String, issues: inout [GraphIssue]) -> PortSpec? {
+        guard let name else {
             if let p = d.defaultOutput { return p }
             issues.append(GraphIssue(.unknownPort, at: at, node: node, "\(d.type) has no outputs (it is a sink)"))
             return nil
         }
-        if name.hasPrefix("?") {
-            name.removeFirst()
+        if inChain {
             if let p = d.outputs.first(where: { $0.name == name }) { return p }
             if d.inputs.contains(where: { $0.name == name }), let p = d.defaultOutput { return p }
         }
@@ -353,14 +352,13 @@ public enum GraphValidator {
         return nil
     }
 
-    static func inputPort(_ d: NodeDescriptor, _ name: String?, at: SourceLocation, node: String, issues: inout [GraphIssue]) -> PortSpec? {
-        guard var name else {
+    static func inputPort(_ d: NodeDescriptor, _ name: String?, inChain: Bool = false, at: SourceLocation, node: String, issues: inout [GraphIssue]) -> PortSpec? {
+        guard let name else {
             if let p = d.defaultInput { return p }
             issues.append(GraphIssue(.unknownPort, at: at, node: node, "\(d.type) has no inputs (it is a source)"))
             return nil
         }
-        if name.hasPrefix("?") {
-            name.removeFirst()
+        if inChain {
             if let p = d.inputs.first(where: { $0.name == name }) { return p }
             if d.outputs.contains(where: { $0.name == name }), let p = d.defaultInput { return p }
         }
