@@ -1,4 +1,3 @@
-import CSpeexDSP
 import Foundation
 import PipelineCore
 
@@ -31,7 +30,7 @@ public final class SpeechDetector {
     public static let analysisRate = 16000
     let blockSamples: Int
     let thresholds: Thresholds
-    private let state: OpaquePointer
+    private let denoiser: SpeexDenoiser
     private var blocks: AnalysisBlocks
     private var block: [Int16]
     private var floor = NoiseFloor()
@@ -45,18 +44,8 @@ public final class SpeechDetector {
         blocks = AnalysisBlocks(blockSamples: blockSamples)
         self.thresholds = thresholds
         block = [Int16](repeating: 0, count: blockSamples)
-        guard let s = speex_preprocess_state_init(Int32(blockSamples), Int32(Self.analysisRate)) else {
-            throw NodeError(.vadFailed, "cannot create the speexdsp preprocessor")
-        }
-        state = s
-        var on: Int32 = 1, off: Int32 = 0
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_DENOISE, &on)
-        // SPEEX_PREPROCESS_SET_VAD is not used: its yes/no decision is a crude threshold (speexdsp
-        // says so on stderr); the speech probability below is computed with denoise alone.
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_AGC, &off)
+        denoiser = try SpeexDenoiser(blockSamples: blockSamples, rate: Self.analysisRate, code: .vadFailed)
     }
-
-    deinit { speex_preprocess_state_destroy(state) }
 
     /// Feeds interleaved input audio whose first sample is input sample `position`; calls `decide`
     /// for each completed block with its range in input samples.
@@ -73,9 +62,8 @@ public final class SpeechDetector {
         for v in block { let d = Double(v); sum += d * d }
         let db = LevelMeter.dbfs(rms: (sum / Double(blockSamples)).squareRoot())
         let noise = floor.update(db)
-        _ = block.withUnsafeMutableBufferPointer { speex_preprocess_run(state, $0.baseAddress) }
-        var prob: Int32 = 0
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_GET_PROB, &prob)
+        block.withUnsafeMutableBufferPointer { denoiser.run($0.baseAddress!) }
+        let prob = denoiser.speechProbability
         last = (db, noise, prob)
         let t = thresholds
         guard db > t.absoluteFloorDB, db > noise + t.marginDB else { return false }

@@ -1,5 +1,4 @@
 import Foundation
-import CSpeexDSP
 import PipelineCore
 
 /// `wake`: wake word detection on TensorFlow Lite loaded at run time, with openWakeWord's models
@@ -186,24 +185,14 @@ enum WakeNodes {
     static let all: [NodeDescriptor] = [WakeNode.descriptor]
 }
 
-/// speexdsp's noise suppression on 10 ms blocks of 16 kHz audio, for what the detector hears. Samples
-/// that do not fill a block wait for the next call.
+/// speexdsp's noise suppression on 10 ms blocks of 16 kHz audio, for what openWakeWord hears.
+/// Samples that do not fill a block wait for the next call.
 final class WakeDenoiser {
     static let block = 160
-    private let state: OpaquePointer
+    private let denoiser: SpeexDenoiser
     private var pending: [Int16] = []
 
-    init() throws {
-        guard let s = speex_preprocess_state_init(Int32(Self.block), 16000) else {
-            throw NodeError(.wakeFailed, "cannot create the speexdsp preprocessor")
-        }
-        state = s
-        var on: Int32 = 1, off: Int32 = 0
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_DENOISE, &on)
-        _ = speex_preprocess_ctl(state, SPEEX_PREPROCESS_SET_AGC, &off)
-    }
-
-    deinit { speex_preprocess_state_destroy(state) }
+    init() throws { denoiser = try SpeexDenoiser(blockSamples: Self.block, code: .wakeFailed) }
 
     /// The denoised samples of every whole block now available.
     func process(_ samples: [Int16]) -> [Int16] {
@@ -213,9 +202,7 @@ final class WakeDenoiser {
         var out = Array(pending[0..<whole])
         out.withUnsafeMutableBufferPointer { buffer in
             guard let base = buffer.baseAddress else { return }
-            for start in stride(from: 0, to: whole, by: Self.block) {
-                _ = speex_preprocess_run(state, base + start)
-            }
+            for start in stride(from: 0, to: whole, by: Self.block) { denoiser.run(base + start) }
         }
         pending.removeFirst(whole)
         return out
