@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "Nodes", targets: ["Nodes"]),
         .library(name: "VoicepipeCLI", targets: ["VoicepipeCLI"]),
         .library(name: "NATSClient", targets: ["NATSClient"]),
+        .library(name: "ServiceDiscovery", targets: ["ServiceDiscovery"]),
         .executable(name: "voicepipe", targets: ["Runner"]),
     ],
     dependencies: [
@@ -63,10 +64,13 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Multicast DNS and DNS-SD (RFC 6762, 6763) for one service type over IPv4: announce, browse,
+        // resolve. Foundation only; the intercom's peer discovery is built on it.
+        .target(name: "ServiceDiscovery", swiftSettings: strict),
         .target(
             name: "Nodes",
             dependencies: [
-                core, "NATSClient", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel", "CFlite", "CEspeakNG",
+                core, "NATSClient", "ServiceDiscovery", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel", "CFlite", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -122,7 +126,7 @@ let package = Package(
         .executableTarget(
             name: "voicepipe-fuzz",
             dependencies: [
-                core, "Nodes", "NATSClient",
+                core, "Nodes", "NATSClient", "ServiceDiscovery",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

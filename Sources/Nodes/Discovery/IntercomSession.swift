@@ -3,6 +3,9 @@ import Foundation
 import Glibc
 #endif
 import Synchronization
+#if canImport(ServiceDiscovery)
+import ServiceDiscovery
+#endif
 
 /// A control datagram between two intercom peers: one JSON object.
 ///

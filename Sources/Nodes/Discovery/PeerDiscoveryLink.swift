@@ -1,6 +1,9 @@
 import Foundation
 import PipelineCore
 import Synchronization
+#if canImport(ServiceDiscovery)
+import ServiceDiscovery
+#endif
 
 /// `rtp-send` with no `host`: finds the peer by DNS-SD and keeps the call up.
 ///

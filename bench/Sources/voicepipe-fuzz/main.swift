@@ -24,6 +24,7 @@ import NIOHTTP1
 import NIOWebSocket
 import Nodes
 import PipelineCore
+import ServiceDiscovery
 
 // MARK: - Crash and hang capture
 
