@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "VoicepipeCLI", targets: ["VoicepipeCLI"]),
         .library(name: "NATSClient", targets: ["NATSClient"]),
         .library(name: "ServiceDiscovery", targets: ["ServiceDiscovery"]),
+        .library(name: "Wyoming", targets: ["Wyoming"]),
         .executable(name: "voicepipe", targets: ["Runner"]),
     ],
     dependencies: [
@@ -67,10 +68,16 @@ let package = Package(
         // Multicast DNS and DNS-SD (RFC 6762, 6763) for one service type over IPv4: announce, browse,
         // resolve. Foundation only; the intercom's peer discovery is built on it.
         .target(name: "ServiceDiscovery", swiftSettings: strict),
+        // The Wyoming protocol (Home Assistant's voice services): events, framing, a client connection.
+        .target(
+            name: "Wyoming",
+            dependencies: [core, .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            swiftSettings: strict
+        ),
         .target(
             name: "Nodes",
             dependencies: [
-                core, "NATSClient", "ServiceDiscovery", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel", "CFlite", "CEspeakNG",
+                core, "NATSClient", "ServiceDiscovery", "Wyoming", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel", "CFlite", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -86,7 +93,7 @@ let package = Package(
         .target(
             name: "VoicepipeCLI",
             dependencies: [
-                core, "Nodes", "NATSClient",
+                core, "Nodes", "NATSClient", "Wyoming",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -126,7 +133,7 @@ let package = Package(
         .executableTarget(
             name: "voicepipe-fuzz",
             dependencies: [
-                core, "Nodes", "NATSClient", "ServiceDiscovery",
+                core, "Nodes", "NATSClient", "ServiceDiscovery", "Wyoming",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -143,7 +150,7 @@ let package = Package(
         .testTarget(
             name: "NodesTests",
             dependencies: [
-                core, "Nodes", "NATSClient", testing,
+                core, "Nodes", "NATSClient", "Wyoming", testing,
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

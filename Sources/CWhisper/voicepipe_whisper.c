@@ -233,6 +233,8 @@ fail:
 
 const char *vp_whisper_version(void) { return W.version; }
 
+static void warm_up(vp_whisper_model *model);
+
 vp_whisper_model *vp_whisper_model_load(const char *path, char *error, size_t error_size) {
     if (!W.handle) { snprintf(error, error_size, "libwhisper is not loaded"); return NULL; }
     struct w_context_params *cp = W.context_default_params_by_ref();
@@ -251,7 +253,8 @@ vp_whisper_model *vp_whisper_model_load(const char *path, char *error, size_t er
     void *ctx = atomic_load(&shutting_down) ? NULL : W.init_no_state(path, *cp);
     atomic_fetch_sub(&in_flight, 1);
     W.free_context_params(cp);
-    if (!ctx) take_log(error, error_size, "whisper.cpp could not load the model");
+    if (!ctx) { take_log(error, error_size, "whisper.cpp could not load the model"); return NULL; }
+    warm_up((vp_whisper_model *)ctx);
     return (vp_whisper_model *)ctx;
 }
 
@@ -312,6 +315,28 @@ int vp_whisper_run(vp_whisper_model *model, vp_whisper_state *state, const vp_wh
         take_log(error, error_size, what);
     }
     return rc;
+}
+
+/* The first decoding in the process makes ggml build some objects, whose destructors are registered
+ * with exit then: an exit during that decoding would run them under it (a crash in ggml's CPU backend).
+ * So a first decoding (1 s of silence, one token) runs here, in the thread loading the model, before
+ * anyone else has it; vp_whisper_run then registers the handler that waits for decodings at exit, which
+ * runs before those destructors. */
+static void warm_up(vp_whisper_model *model) {
+    static const float silence[16000];
+    vp_whisper_state *state = vp_whisper_state_new(model);
+    if (!state) return;
+    vp_whisper_request r;
+    memset(&r, 0, sizeof r);
+    r.n_threads = 1;
+    r.beam_size = 1;
+    r.language = "en";
+    r.no_timestamps = true;
+    r.single_segment = true;
+    r.max_tokens = 1;
+    char error[256];
+    (void)vp_whisper_run(model, state, &r, silence, 16000, error, sizeof error);
+    vp_whisper_state_free(state);
 }
 
 int vp_whisper_n_segments(vp_whisper_state *state) { return W.n_segments(state); }

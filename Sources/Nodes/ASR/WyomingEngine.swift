@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import Wyoming
 
 /// `engine: wyoming`: any speech-to-text server that speaks the Wyoming protocol (Home Assistant's
 /// voice protocol: wyoming-faster-whisper, wyoming-whisper-cpp, wyoming-vosk, ...).

@@ -1,4 +1,5 @@
 import PipelineCore
+import Wyoming
 
 extension TTSNode {
     /// The synthesizer of `tts` (`engine`).

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import Wyoming
 
 /// `engine: wyoming`: any text-to-speech server that speaks the Wyoming protocol (Home Assistant's
 /// voice protocol: wyoming-piper, wyoming-openai, ...), at `uri`.

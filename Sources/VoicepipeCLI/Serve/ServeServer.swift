@@ -8,6 +8,7 @@ import NATSClient
 import Nodes
 import PipelineCore
 import Synchronization
+import Wyoming
 
 /// The HTTP/WebSocket server of `voicepipe serve`: `/healthz`, `/readyz`, `/metrics`, and a WebSocket
 /// upgrade per route path, each connection a session (``ServeSession``) running a fresh instance of the

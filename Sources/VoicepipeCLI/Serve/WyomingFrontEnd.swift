@@ -5,6 +5,7 @@ import NIOPosix
 import Nodes
 import PipelineCore
 import Synchronization
+import Wyoming
 
 /// The `wyoming` route: Home Assistant's voice protocol over TCP, speech-to-text side. `describe` is
 /// answered with `info` (one ASR program, the route's graph); each `audio-start` … `audio-chunk` …

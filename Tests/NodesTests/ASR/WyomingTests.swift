@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import Testing
 @testable import Nodes
+import Wyoming
 
 @Suite("Wyoming protocol")
 struct WyomingProtocolTests {

@@ -25,6 +25,7 @@ import NIOWebSocket
 import Nodes
 import PipelineCore
 import ServiceDiscovery
+import Wyoming
 
 // MARK: - Crash and hang capture
 

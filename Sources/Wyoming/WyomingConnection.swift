@@ -50,7 +50,7 @@ public enum WyomingAddress: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// What a connection delivers: events, then once its end.
-enum WyomingIncoming: Sendable {
+package enum WyomingIncoming: Sendable {
     /// An event from the server.
     case event(WyomingEvent)
     /// The connection ended: `nil` when the server closed it, else why.
@@ -60,20 +60,20 @@ enum WyomingIncoming: Sendable {
 /// Events received on one connection, taken without waiting (``poll()``) or with a deadline.
 ///
 /// A ``Handoff`` without a bound (the socket's reads are the bound: NIO reads as the node takes).
-final class WyomingInbox: Sendable {
+package final class WyomingInbox: Sendable {
     private let queue = Handoff<WyomingIncoming>(capacity: Int.max, overflow: .suspend)
 
-    func push(_ item: WyomingIncoming) {
+    package func push(_ item: WyomingIncoming) {
         queue.trySend(item)
     }
 
     /// The oldest item, if one is there.
-    func poll() -> WyomingIncoming? {
+    package func poll() -> WyomingIncoming? {
         queue.tryReceive()??.element
     }
 
     /// The next item, waiting at most `timeout`; nil when none came in time or the task was cancelled.
-    func next(within timeout: Duration) async -> WyomingIncoming? {
+    package func next(within timeout: Duration) async -> WyomingIncoming? {
         if let item = poll() { return item }
         return await withTaskGroup(of: WyomingIncoming?.self) { group in
             group.addTask { await self.queue.receive()?.element }
@@ -94,9 +94,9 @@ private final class WyomingChannelHandler: ChannelInboundHandler {
     private let inbox: WyomingInbox
     private var ended = false
 
-    init(inbox: WyomingInbox) { self.inbox = inbox }
+    package init(inbox: WyomingInbox) { self.inbox = inbox }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = unwrapInboundIn(data)
         do {
             for event in try decoder.push(buffer.readableBytesView) { inbox.push(.event(event)) }
@@ -106,12 +106,12 @@ private final class WyomingChannelHandler: ChannelInboundHandler {
         }
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
+    package func channelInactive(context: ChannelHandlerContext) {
         end(nil)
         context.fireChannelInactive()
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+    package func errorCaught(context: ChannelHandlerContext, error: any Error) {
         end("\(error)")
         context.close(promise: nil)
     }
@@ -124,9 +124,9 @@ private final class WyomingChannelHandler: ChannelInboundHandler {
 }
 
 /// One client connection to a Wyoming server.
-final class WyomingConnection: Sendable {
-    let channel: any Channel
-    let inbox: WyomingInbox
+package final class WyomingConnection: Sendable {
+    package let channel: any Channel
+    package let inbox: WyomingInbox
 
     private init(channel: any Channel, inbox: WyomingInbox) {
         self.channel = channel
@@ -134,7 +134,7 @@ final class WyomingConnection: Sendable {
     }
 
     /// Connects within `timeout`.
-    static func open(_ address: WyomingAddress, timeout: Duration) async throws -> WyomingConnection {
+    package static func open(_ address: WyomingAddress, timeout: Duration) async throws -> WyomingConnection {
         let inbox = WyomingInbox()
         let ms = Int64(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -154,15 +154,15 @@ final class WyomingConnection: Sendable {
     }
 
     /// True until the connection ended.
-    var isActive: Bool { channel.isActive }
+    package var isActive: Bool { channel.isActive }
 
     /// Writes one event.
-    func send(_ event: WyomingEvent) async throws {
+    package func send(_ event: WyomingEvent) async throws {
         try await channel.writeAndFlush(ByteBuffer(bytes: event.encoded()))
     }
 
     /// Closes the connection (idempotent).
-    func close() {
+    package func close() {
         channel.close(promise: nil)
     }
 }

@@ -25,7 +25,7 @@ public struct WyomingEvent: Sendable, Equatable {
         self.payload = payload
     }
 
-    init(type: String, rawData: Data, payload: [UInt8]) {
+    package init(type: String, rawData: Data, payload: [UInt8]) {
         self.type = type
         self.data = rawData
         self.payload = payload
@@ -81,7 +81,7 @@ public struct WyomingProtocolError: Error, Sendable, CustomStringConvertible {
     /// What is wrong.
     public var message: String
     public var description: String { message }
-    init(_ message: String) { self.message = message }
+    package init(_ message: String) { self.message = message }
 }
 
 /// Cuts a byte stream into ``WyomingEvent``s. A pure state machine: feed it what the socket
