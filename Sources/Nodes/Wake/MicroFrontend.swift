@@ -27,6 +27,7 @@ final class MicroFrontend {
     private var noise = [UInt32](repeating: 0, count: MicroFrontend.channels)
 
     private var windowed = [Int16](repeating: 0, count: MicroFrontend.windowSize)
+    private var accumulators = [UInt64](repeating: 0, count: MicroFrontend.channels + 1)
     private var fft = FixedFFT()
 
     /// Feeds samples; calls `frame` with each completed 10 ms frame (the first after 30 ms).
@@ -66,13 +67,13 @@ final class MicroFrontend {
             if a > peak { peak = a }
         }
         let shift = 15 - Self.bitLength(UInt32(UInt16(bitPattern: peak)))
-        let spectrum = fft.forward(windowed, shift: shift, tables: t)
+        fft.forward(windowed, shift: shift, tables: t)
 
         // Energy of the bins in use, into triangular mel channels (unsigned 64-bit, wrapping as the
         // original's accumulators do).
-        var accumulators = [UInt64](repeating: 0, count: Self.channels + 1)
+        for c in accumulators.indices { accumulators[c] = 0 }
         for k in Self.firstBin...Self.lastBin {
-            let (re, im) = spectrum[k]
+            let (re, im) = fft.spectrum[k]
             let energy = Int32(re) &* Int32(re) &+ Int32(im) &* Int32(im)
             let e = UInt64(bitPattern: Int64(energy))
             let band = Int(t.band[k])
@@ -240,7 +241,8 @@ struct FixedFFT {
     typealias Complex = (re: Int16, im: Int16)
     private var z = [Complex](repeating: (0, 0), count: MicroFrontend.fftSize / 2)
     private var out = [Complex](repeating: (0, 0), count: MicroFrontend.fftSize / 2)
-    private var spectrum = [Complex](repeating: (0, 0), count: MicroFrontend.fftSize / 2 + 1)
+    /// The last ``forward(_:shift:tables:)``'s result, bins 0...256 (kept: no array per frame).
+    private(set) var spectrum = [Complex](repeating: (0, 0), count: MicroFrontend.fftSize / 2 + 1)
 
     @inline(__always) static func round(_ p: Int32) -> Int16 { Int16(truncatingIfNeeded: (p &+ 16384) >> 15) }
     @inline(__always) static func wrap(_ x: Int32) -> Int16 { Int16(truncatingIfNeeded: x) }
@@ -251,8 +253,8 @@ struct FixedFFT {
     @inline(__always) static func add(_ a: Complex, _ b: Complex) -> Complex { (wrap(Int32(a.re) + Int32(b.re)), wrap(Int32(a.im) + Int32(b.im))) }
     @inline(__always) static func sub(_ a: Complex, _ b: Complex) -> Complex { (wrap(Int32(a.re) - Int32(b.re)), wrap(Int32(a.im) - Int32(b.im))) }
 
-    /// The spectrum (bins 0...256) of `samples` shifted left by `shift` and zero-padded to 512.
-    mutating func forward(_ samples: [Int16], shift: Int, tables t: MicroFrontend.Tables) -> [Complex] {
+    /// Computes ``spectrum`` of `samples` shifted left by `shift` and zero-padded to 512.
+    mutating func forward(_ samples: [Int16], shift: Int, tables t: MicroFrontend.Tables) {
         let n = MicroFrontend.fftSize / 2
         for i in 0..<n {
             let a = 2 * i, b = 2 * i + 1
@@ -274,7 +276,6 @@ struct FixedFFT {
             spectrum[k] = (Self.wrap((Int32(f1.re) + Int32(tw.re)) >> 1), Self.wrap((Int32(f1.im) + Int32(tw.im)) >> 1))
             spectrum[n - k] = (Self.wrap((Int32(f1.re) - Int32(tw.re)) >> 1), Self.wrap((Int32(tw.im) - Int32(f1.im)) >> 1))
         }
-        return spectrum
     }
 
     /// One level of the decimation in time: four sub-transforms of a quarter of the points, then the

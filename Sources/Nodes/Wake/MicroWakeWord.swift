@@ -50,9 +50,19 @@ final class MicroWakeWord {
 
     /// The settings of `name` in `folder`, or nil when `<name>.json` is not a microWakeWord model.
     static func settings(_ folder: String, _ name: String) -> Settings? {
-        guard let data = FileManager.default.contents(atPath: folder + "/" + name + ".json"),
-              let s = try? JSONDecoder().decode(Settings.self, from: data), s.type == nil || s.type == "micro" else { return nil }
+        guard let s = try? readSettings(folder, name), s.type == nil || s.type == "micro" else { return nil }
         return s
+    }
+
+    /// `<name>.json` in `folder`; throws naming the file when it is there but not a model's settings.
+    static func readSettings(_ folder: String, _ name: String) throws -> Settings? {
+        let path = folder + "/" + name + ".json"
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        do {
+            return try JSONDecoder().decode(Settings.self, from: data)
+        } catch {
+            throw NodeError(.wakeModel, "\(path) is not a microWakeWord model's settings (expected \"model\" and \"micro\": { probability_cutoff, sliding_window_size }): \(error)")
+        }
     }
 
     /// The microWakeWord models in `folder`.

@@ -59,6 +59,8 @@ enum WakeEngines {
         }
         var plan = Plan(microFolder: micro, openWakeWordFolder: oww)
         for w in words {
+            // A settings file that is there but unreadable is named, not taken for an absent model.
+            if let micro { _ = try MicroWakeWord.readSettings(micro, w) }
             let order = order(w, engine: engine)
             switch order.first(where: { $0 == .microWakeWord ? hasMicro(w) : hasOpen(w) && MicroWakeWord.settings(oww ?? "", w) == nil }) {
             case .microWakeWord: plan.microWakeWord.append(w)

@@ -23,9 +23,9 @@ struct MicroWakeWordTests {
         #expect(try shell("espeak-ng", ["-v", "en-us", "-w", path, "alexa, turn on the lights"]).status == 0)
         let (format, raw) = try readWAV(path)
         let speech16 = try AudioConverter(from: format, to: AudioFormat(sampleRate: 16000, channels: 1), quality: 3).convert(raw)
-        var rng = SplitMix(seed: 7)
+        // Both sides hear the same samples, so the noise need not repeat from run to run.
         let noisy = ([Int16](repeating: 0, count: 8000) + speech16 + [Int16](repeating: 0, count: 8000)).map { s in
-            Int16(clamping: Int(s) + Int(rng.next() % 601) - 300)
+            Int16(clamping: Int(s) + Int.random(in: -300...300))
         }
         var extremes: [Int16] = []
         for i in 0..<4800 { extremes.append((i / 20) % 2 == 0 ? 32767 : -32768) }
@@ -69,7 +69,8 @@ struct MicroWakeWordTests {
         }
         #expect(expected.count == samples.count / 160 - 2 && got.count == expected.count, "\(got.count) frames, \(expected.count) expected")
         let differing = zip(got, expected).enumerated().filter { $0.element.0 != $0.element.1 }
-        #expect(differing.isEmpty, "\(differing.count) frames differ, first \(differing.first.map { "\($0.offset): \($0.element.0) vs \($0.element.1)" } ?? "")")
+        let allEqual = differing.isEmpty  // (the message names the first difference, not all of them)
+        #expect(allEqual, "\(differing.count) frames differ, first \(differing.first.map { "\($0.offset): \($0.element.0) vs \($0.element.1)" } ?? "")")
     }
 
     @Test(.enabled(if: haveTool("espeak-ng") && haveReference && FileManager.default.fileExists(atPath: micro + "/alexa.json")))
@@ -126,24 +127,20 @@ struct MicroWakeWordTests {
         #expect(log.audio.filter { $0.marks.wake != nil }.count == 1)
     }
 
+    @Test func aBrokenSettingsFileIsNamedWithWhatIsWrong() throws {
+        let folder = temporaryPath("micro-broken")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try Data(#"{"model": "alexa.tflite", "micro": {"probability_cutoff": 0.9}}"#.utf8).write(to: URL(fileURLWithPath: folder + "/alexa.json"))
+        #expect { _ = try WakeEngines.plan(words: ["alexa"], engine: "auto", models: folder, variables: [:]) } throws: {
+            "\($0)".contains(folder + "/alexa.json") && "\($0)".contains("sliding_window_size")
+        }
+    }
+
     @Test func aModelFolderWithoutTheWordIsNamed() throws {
         let folder = temporaryPath("micro-empty")
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         #expect { _ = try WakeEngines.plan(words: ["alexa"], engine: "microwakeword", models: folder, variables: [:]) } throws: {
             "\($0)".contains("no model for wake word alexa") && "\($0)".contains(folder)
         }
-    }
-}
-
-/// A small deterministic generator for test noise.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
