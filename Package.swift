@@ -12,6 +12,10 @@ let package = Package(
     name: "voicepipe",
     platforms: [.macOS(.v15)],
     products: [
+        // The node types without a network stack (files, devices, DSP, codecs, RTP, wake words): an app that
+        // needs only these builds neither SwiftNIO nor BoringSSL.
+        .library(name: "CoreNodes", targets: ["CoreNodes"]),
+        // Every built-in node type: CoreNodes and the recognizers, synthesis, responders, avatar, HTTP, NATS.
         .library(name: "Nodes", targets: ["Nodes"]),
         .library(name: "VoicepipeCLI", targets: ["VoicepipeCLI"]),
         .library(name: "NATSClient", targets: ["NATSClient"]),
@@ -75,9 +79,15 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(
+            name: "CoreNodes",
+            dependencies: [core, "ServiceDiscovery", "CALSA", "CPulse", "COpus", "CSpeexDSP", "COnnxRuntime", "CAVCodec", "CEchoCancel",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
+        .target(
             name: "Nodes",
             dependencies: [
-                core, "NATSClient", "ServiceDiscovery", "Wyoming", "CALSA", "CPulse", "COpus", "CSpeexDSP", "CPocketSphinx", "COnnxRuntime", "CWhisper", "CAVCodec", "CEchoCancel", "CFlite", "CEspeakNG",
+                core, "CoreNodes", "NATSClient", "Wyoming", "CPocketSphinx", "CWhisper", "CFlite", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -122,6 +132,13 @@ let package = Package(
             path: "Examples/custom-node/Sources/voicepipe-custom",
             swiftSettings: strict
         ),
+        // The embedding example (Examples/embedded-app, a package of its own): CoreNodes alone, no network stack.
+        .executableTarget(
+            name: "speech-spans",
+            dependencies: [core, "CoreNodes"],
+            path: "Examples/embedded-app/Sources/speech-spans",
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "voicepipe-bench",
             dependencies: [core, "Nodes", "NATSClient", .product(name: "Logging", package: "swift-log")],
@@ -150,7 +167,7 @@ let package = Package(
         .testTarget(
             name: "NodesTests",
             dependencies: [
-                core, "Nodes", "NATSClient", "Wyoming", testing,
+                core, "CoreNodes", "Nodes", "NATSClient", "Wyoming", testing,
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

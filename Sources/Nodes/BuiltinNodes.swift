@@ -1,6 +1,9 @@
+@_exported import CoreNodes
 import PipelineCore
 
-/// The node types that ship with voicepipe.
+/// The node types that ship with voicepipe: ``CoreNodeTypes`` (files, devices, DSP, codecs, RTP, wake
+/// words) and the services built on a network stack or a recognizer (asr, tts, chat, webhook, barge-in,
+/// avatar, http-upload, nats-sink).
 ///
 /// ```swift
 /// var registry = BuiltinNodes.registry()
@@ -9,8 +12,8 @@ import PipelineCore
 public enum BuiltinNodes {
     /// Every built-in descriptor. Each family lists its own in `<Family>/<Family>Nodes.swift`.
     public static var all: [NodeDescriptor] {
-        SourceNodes.all + SinkNodes.all + DSPNodes.all + CodecNodes.all + ASRNodes.all + SpeechNodes.all + ResponderNodes.all + AvatarNodes.all
-            + NetworkNodes.all + AudioDeviceNodes.all + WakeNodes.all
+        CoreNodeTypes.all + ASRNodes.all + SpeechNodes.all + ResponderNodes.all + AvatarNodes.all
+            + [HTTPUploadNode.descriptor, NATSSinkNode.descriptor]
     }
 
     /// A registry holding every built-in node type.

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// The `asr` node with the embedded PocketSphinx engine, on speech spoken by flite at test time.

@@ -1,6 +1,7 @@
 import Foundation
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// The `asr` node with `engine: whisper` (whisper.cpp in the process) on Whisper tiny.en and base,

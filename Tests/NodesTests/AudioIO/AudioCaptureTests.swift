@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import VoicepipeTesting
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// Capture through the real PulseAudio daemon (directly, and through ALSA's pulse plugin):

@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import VoicepipeTesting
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// Missing devices and a missing server: a clear error naming backend and device, within 2 s,

@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import VoicepipeTesting
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// A consumer that stops reading for 1.5 s behind a lossless (`block`) edge of capacity 2: the

@@ -1,6 +1,7 @@
 import Foundation
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// Playback through the real daemon: what pulse-sink / alsa-sink play is recorded from the sink's

@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import VoicepipeTesting
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// A device that disappears mid-run: a null sink of the private PulseAudio daemon unloaded (its

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// Runs the built `voicepipe` binary against the local server.

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("IVH client against a local stream-service server")

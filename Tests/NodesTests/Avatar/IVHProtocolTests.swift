@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("IVH protocol: signature, packets, pushes, error codes")

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import PipelineCore
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 /// Test signals for the AAC suites: a chirp, and flite speech at 48 kHz.

@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import VoicepipeTesting
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// Replaces every `every`-th encoded frame's payload with nothing (a lost packet, as the jitter

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 /// The `aec` node on a simulated echo path: far-end speech delayed, attenuated and low-passed, added to

@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import VoicepipeTesting
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("DSPNodes")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("Drift resampler")

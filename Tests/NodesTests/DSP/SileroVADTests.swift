@@ -1,6 +1,7 @@
 import Foundation
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// `vad` with `engine: silero` (ONNX Runtime and the model from scripts/install-onnx.sh).

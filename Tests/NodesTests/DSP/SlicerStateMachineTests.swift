@@ -1,5 +1,6 @@
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("SlicerStateMachine")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 /// The embedding API as an app uses it (the README's example): audio pushed from the app into an

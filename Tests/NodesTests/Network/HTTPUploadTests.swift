@@ -1,6 +1,7 @@
 import Foundation
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("http-upload")

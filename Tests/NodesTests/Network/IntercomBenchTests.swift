@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import PipelineCore
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 /// Mouth-to-ear latency on loopback, for bench/intercom-latency.sh (off unless VOICEPIPE_BENCH=1;

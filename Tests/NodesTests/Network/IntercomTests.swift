@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 private let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -1,5 +1,6 @@
 import Testing
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 /// What the buffer played at one tick, in milliseconds.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 /// Interoperability with GStreamer's RTP/Opus elements, both ways.

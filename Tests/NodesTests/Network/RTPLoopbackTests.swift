@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import PipelineCore
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 /// Sends a chirp through opus-encode → rtp-send → (impairing relay) → rtp-receive → jitter-buffer

@@ -1,4 +1,5 @@
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("RTPPacket")

@@ -4,6 +4,7 @@ import PipelineCore
 import Synchronization
 import Testing
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("chat")

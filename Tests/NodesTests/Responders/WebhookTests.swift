@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import Testing
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 @Suite("webhook")

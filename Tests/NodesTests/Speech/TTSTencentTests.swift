@@ -9,6 +9,7 @@ import PipelineCore
 import Synchronization
 import Testing
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 /// A local server of Tencent Cloud's real-time speech synthesis over WebSocket

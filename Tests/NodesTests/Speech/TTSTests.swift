@@ -3,6 +3,7 @@ import PipelineCore
 import Synchronization
 import Testing
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 /// The `tts` node with its embedded engines (flite, espeak-ng), on the testing kit's harness.

@@ -5,6 +5,7 @@ import Glibc
 import PipelineCore
 import Testing
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 /// The Wyoming TTS test server (`Tests/Fixtures/wyoming_tts_server.py`, on the `wyoming` package

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 /// Speech made at test time with flite, and measures of recognition results.

@@ -3,6 +3,7 @@ import PipelineCore
 import VoicepipeTesting
 import Synchronization
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// The real-device test environment: a private PulseAudio daemon started by

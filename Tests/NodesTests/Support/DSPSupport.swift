@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import Synchronization
 import VoicepipeTesting
+@testable import CoreNodes
 @testable import Nodes
 
 /// Frames received by a `dsp-collect` sink (the testing kit's recorder).

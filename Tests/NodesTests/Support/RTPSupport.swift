@@ -5,6 +5,7 @@ import Glibc
 import PipelineCore
 import VoicepipeTesting
 import Synchronization
+@testable import CoreNodes
 @testable import Nodes
 
 /// A small deterministic generator (xorshift64*) for impairments and jittered schedules.

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PipelineCore
 import Synchronization
+@testable import CoreNodes
 @testable import Nodes
 
 /// Collects what an engine reports, as short strings for assertions.

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 /// Runs a graph given as YAML with the built-in registry and returns every event it emitted.

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import PipelineCore
+@testable import CoreNodes
 @testable import Nodes
 
 /// The Wyoming ASR test server (`Tests/Fixtures/wyoming_asr_server.py`, built on the `wyoming`

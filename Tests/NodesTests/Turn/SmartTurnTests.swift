@@ -1,6 +1,7 @@
 import Foundation
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// `vad` with `turn_model: smart-turn` (ONNX Runtime from scripts/install-onnx.sh, the model from

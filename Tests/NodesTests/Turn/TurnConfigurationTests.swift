@@ -1,6 +1,7 @@
 import Foundation
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// The parameters that came with the scaled turn policy and the wake hop are checked before a node exists.

@@ -1,6 +1,7 @@
 import Foundation
 import PipelineCore
 import Testing
+@testable import CoreNodes
 @testable import Nodes
 
 /// microWakeWord's front end and detector against the `pymicro-features` and `pymicro-wakeword`
