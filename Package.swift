@@ -18,9 +18,11 @@ let package = Package(
         // Every built-in node type: CoreNodes and the recognizers, synthesis, responders, avatar, HTTP, NATS.
         .library(name: "Nodes", targets: ["Nodes"]),
         .library(name: "VoicepipeCLI", targets: ["VoicepipeCLI"]),
+        .library(name: "VoicepipeServe", targets: ["VoicepipeServe"]),
         .library(name: "NATSClient", targets: ["NATSClient"]),
         .library(name: "ServiceDiscovery", targets: ["ServiceDiscovery"]),
         .library(name: "Wyoming", targets: ["Wyoming"]),
+        .library(name: "DigitalHuman", targets: ["DigitalHuman"]),
         .executable(name: "voicepipe", targets: ["Runner"]),
     ],
     dependencies: [
@@ -78,6 +80,35 @@ let package = Package(
             dependencies: [core, .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict
         ),
+        // Bounded byte streams and WebSocket connections with a handshake deadline, on SwiftNIO: the transport
+        // under the Tencent clients, the digital human and HTTP upload.
+        .target(
+            name: "BoundedTransport",
+            dependencies: [
+                core,
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "WSClient", package: "swift-websocket"),
+            ],
+            swiftSettings: strict
+        ),
+        // Tencent Cloud's interactive digital human (IVH): the signed HTTP API and the command channel.
+        .target(
+            name: "DigitalHuman",
+            dependencies: [
+                core, "BoundedTransport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            swiftSettings: strict
+        ),
         .target(
             name: "CoreNodes",
             dependencies: [core, "ServiceDiscovery", "CALSA", "CPulse", "COpus", "CSpeexDSP", "COnnxRuntime", "CAVCodec", "CEchoCancel",
@@ -87,7 +118,7 @@ let package = Package(
         .target(
             name: "Nodes",
             dependencies: [
-                core, "CoreNodes", "NATSClient", "Wyoming", "CPocketSphinx", "CWhisper", "CFlite", "CEspeakNG",
+                core, "CoreNodes", "BoundedTransport", "DigitalHuman", "NATSClient", "Wyoming", "CPocketSphinx", "CWhisper", "CFlite", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -100,11 +131,12 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // `voicepipe serve`: one front end per wire protocol (WebSocket JSON events, Tencent's real-time ASR,
+        // Wyoming over TCP), the talk page and the live console.
         .target(
-            name: "VoicepipeCLI",
+            name: "VoicepipeServe",
             dependencies: [
                 core, "Nodes", "NATSClient", "Wyoming",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -116,10 +148,19 @@ let package = Package(
                 .map { .embedInCode("Web/Resources/\($0)") },
             swiftSettings: strict
         ),
+        .target(
+            name: "VoicepipeCLI",
+            dependencies: [
+                core, "Nodes", "VoicepipeServe",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "Runner",
             dependencies: [
-                core, "Nodes", "VoicepipeCLI",
+                core, "Nodes", "DigitalHuman", "VoicepipeCLI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
@@ -150,7 +191,7 @@ let package = Package(
         .executableTarget(
             name: "voicepipe-fuzz",
             dependencies: [
-                core, "Nodes", "NATSClient", "ServiceDiscovery", "Wyoming",
+                core, "Nodes", "DigitalHuman", "NATSClient", "ServiceDiscovery", "Wyoming",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -167,7 +208,7 @@ let package = Package(
         .testTarget(
             name: "NodesTests",
             dependencies: [
-                core, "CoreNodes", "Nodes", "NATSClient", "Wyoming", testing,
+                core, "CoreNodes", "Nodes", "BoundedTransport", "DigitalHuman", "NATSClient", "Wyoming", testing,
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -184,7 +225,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RunnerTests",
-            dependencies: [core, "Nodes", "VoicepipeCLI", testing],
+            dependencies: [core, "Nodes", "VoicepipeCLI", "VoicepipeServe", testing],
             swiftSettings: strict
         ),
     ]

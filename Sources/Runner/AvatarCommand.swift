@@ -1,4 +1,5 @@
 import ArgumentParser
+import DigitalHuman
 import Foundation
 import Nodes
 import PipelineCore

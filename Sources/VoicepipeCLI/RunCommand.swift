@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import PipelineCore
 import Synchronization
+import VoicepipeServe
 
 /// `voicepipe run FILE...`: runs graphs until end of stream or SIGINT/SIGTERM.
 struct RunCommand: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PipelineCore
+import VoicepipeServe
 
 /// `voicepipe validate FILE...`: checks graphs without opening anything. A `voicepipe serve`
 /// configuration (top-level `routes:`, no `nodes:`) is checked as `voicepipe serve FILE --check` does,

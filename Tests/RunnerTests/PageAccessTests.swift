@@ -1,5 +1,6 @@
 import Testing
 @testable import VoicepipeCLI
+@testable import VoicepipeServe
 
 /// Who may see the browser pages (no sockets: the rule alone).
 @Suite("page access")

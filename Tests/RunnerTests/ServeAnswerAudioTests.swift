@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import Testing
 @testable import VoicepipeCLI
+@testable import VoicepipeServe
 
 /// What a session writes to its client, ordered and bounded: the notes around the answer audio, the
 /// oldest audio dropped when the client falls behind, interrupts, the closing stats.

@@ -1,4 +1,4 @@
-// Self-test of Sources/Nodes/Discovery without sockets: DNS wire format (round trips, compression,
+// Self-test of Sources/CoreNodes/Discovery without sockets: DNS wire format (round trips, compression,
 // hostile input, random bytes) and the intercom session state machine (two machines exchanging
 // messages over a simulated link). Built by build.sh as discovery-selftest; exits 1 on a failure.
 

@@ -17,7 +17,7 @@ import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 GRAPH_TEMPLATE = os.path.join(REPO, "pipelines", "serve-recognizer.yaml")
-METRICS_SOURCE = os.path.join(REPO, "Sources", "VoicepipeCLI", "Serve", "ServeMetrics.swift")
+METRICS_SOURCE = os.path.join(REPO, "Sources", "VoicepipeServe", "Serve", "ServeMetrics.swift")
 
 # Resource figures of one worker (docs/kubernetes.md): a session of the serve-recognizer graph
 # costs ~0.28 core and ~95 MB, the process ~60 MB when idle.

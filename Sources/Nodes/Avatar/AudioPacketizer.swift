@@ -1,3 +1,5 @@
+import DigitalHuman
+
 /// Cuts 16 kHz mono s16 audio into `SEND_AUDIO` packets of a fixed size (6,400 bytes = 200 ms by
 /// default), numbering them from 1 per utterance and flagging the packet that ends an utterance.
 ///

@@ -1,3 +1,4 @@
+import DigitalHuman
 import Foundation
 import Logging
 import PipelineCore

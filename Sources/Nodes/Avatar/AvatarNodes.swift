@@ -1,3 +1,4 @@
+import DigitalHuman
 import PipelineCore
 
 /// The avatar node.

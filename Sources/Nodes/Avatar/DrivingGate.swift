@@ -1,3 +1,4 @@
+import DigitalHuman
 import PipelineCore
 
 /// The driving rules of the digital-human command channel, applied between the node's inputs and

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import BoundedTransport
 import Foundation
 import NIOCore
 import NIOFoundationCompat

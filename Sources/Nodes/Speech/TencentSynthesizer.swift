@@ -1,3 +1,4 @@
+import BoundedTransport
 import Foundation
 import Logging
 import NIOCore

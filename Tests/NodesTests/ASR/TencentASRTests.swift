@@ -2,7 +2,9 @@ import Foundation
 import Logging
 import PipelineCore
 import Testing
+@testable import BoundedTransport
 @testable import CoreNodes
+@testable import DigitalHuman
 @testable import Nodes
 
 @Suite("Tencent ASR: signature, request and state machines")

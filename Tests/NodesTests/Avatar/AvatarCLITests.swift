@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import CoreNodes
+@testable import DigitalHuman
 @testable import Nodes
 
 /// Runs the built `voicepipe` binary against the local server.

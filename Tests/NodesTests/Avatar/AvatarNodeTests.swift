@@ -1,8 +1,9 @@
 import Foundation
 import PipelineCore
-import VoicepipeTesting
 import Testing
+import VoicepipeTesting
 @testable import CoreNodes
+@testable import DigitalHuman
 @testable import Nodes
 
 @Suite("avatar node against a local stream-service server")

@@ -3,6 +3,7 @@ import Logging
 import PipelineCore
 import Testing
 @testable import CoreNodes
+@testable import DigitalHuman
 @testable import Nodes
 
 @Suite("IVH client against a local stream-service server")

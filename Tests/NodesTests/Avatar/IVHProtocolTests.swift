@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import CoreNodes
+@testable import DigitalHuman
 @testable import Nodes
 
 @Suite("IVH protocol: signature, packets, pushes, error codes")

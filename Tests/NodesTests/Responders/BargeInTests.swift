@@ -3,6 +3,7 @@ import PipelineCore
 import Testing
 import VoicepipeTesting
 @testable import CoreNodes
+@testable import DigitalHuman
 @testable import Nodes
 
 @Suite("barge-in")

@@ -6,6 +6,7 @@ import NIOPosix
 import NIOSSL
 import NIOWebSocket
 import Synchronization
+@testable import DigitalHuman
 
 /// A local server that speaks the digital-human stream-service protocol, for tests: signed HTTPS
 /// (or plain HTTP) JSON operations under `/v2/ivh/streammanager/streamservice/` and the WebSocket

@@ -2,6 +2,7 @@ import Foundation
 import PipelineCore
 import Synchronization
 @testable import CoreNodes
+@testable import DigitalHuman
 @testable import Nodes
 
 /// A settable flag shared between a test and the nodes it runs.

@@ -16,6 +16,7 @@
 //   voicepipe-fuzz replay wav crash-wav-000.bin
 //   voicepipe-fuzz seeds bench/fuzz-corpus          (writes each target's seeds, one file each)
 //   voicepipe-fuzz libfuzzer rtp -max_total_time=30 .build/libfuzzer-corpus/rtp bench/fuzz-corpus/rtp
+import DigitalHuman
 import Foundation
 import NATSClient
 import NIOCore

@@ -7,41 +7,41 @@ import PipelineCore
 /// without bound. The consumer is the HTTP client reading the request body.
 ///
 /// A ``Handoff`` of byte buffers weighed in bytes: its state machine holds the rules.
-final class BoundedByteStream: AsyncSequence, Sendable {
-    typealias Element = ByteBuffer
+package final class BoundedByteStream: AsyncSequence, Sendable {
+    package typealias Element = ByteBuffer
 
     private let queue: Handoff<ByteBuffer>
     /// Bytes held before ``send(_:)`` waits.
-    let capacity: Int
+    package let capacity: Int
 
-    init(capacity: Int) {
+    package init(capacity: Int) {
         self.capacity = Swift.max(1, capacity)
         queue = Handoff(capacity: self.capacity, overflow: .suspend, weight: { $0.readableBytes })
     }
 
     /// Bytes queued and not yet read by the client.
-    var buffered: Int { queue.weight }
+    package var buffered: Int { queue.weight }
 
     /// Queues `buffer`, waiting while the queue holds its capacity (returns at once once the reader is
     /// gone; a sender cancelled while waiting still queues its bytes).
-    func send(_ buffer: ByteBuffer) async {
+    package func send(_ buffer: ByteBuffer) async {
         await queue.send(buffer)
     }
 
     /// No more bytes: the reader ends after what is queued.
-    func finish() {
+    package func finish() {
         queue.producerFinished()
     }
 
     /// The reader is gone (the request failed): what is queued is dropped and a waiting producer returns.
-    func abort() {
+    package func abort() {
         queue.consumerFinished()
     }
 
-    struct AsyncIterator: AsyncIteratorProtocol {
+    package struct AsyncIterator: AsyncIteratorProtocol {
         let stream: BoundedByteStream
-        mutating func next() async -> ByteBuffer? { await stream.queue.receive()?.element }
+        package mutating func next() async -> ByteBuffer? { await stream.queue.receive()?.element }
     }
 
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(stream: self) }
+    package func makeAsyncIterator() -> AsyncIterator { AsyncIterator(stream: self) }
 }

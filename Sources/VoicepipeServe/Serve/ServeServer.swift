@@ -13,7 +13,7 @@ import Wyoming
 /// The HTTP/WebSocket server of `voicepipe serve`: `/healthz`, `/readyz`, `/metrics`, and a WebSocket
 /// upgrade per route path, each connection a session (``ServeSession``) running a fresh instance of the
 /// route's graph.
-final class ServeServer: Sendable {
+package final class ServeServer: Sendable {
     let configuration: ServeConfiguration
     let metrics = ServeMetrics()
     let logger: Logger
@@ -36,7 +36,7 @@ final class ServeServer: Sendable {
     /// The talk page and the console (Web/).
     let site: WebSite
 
-    init(configuration: ServeConfiguration, logger: Logger, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    package init(configuration: ServeConfiguration, logger: Logger, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         self.configuration = configuration
         self.logger = logger
         group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
@@ -62,7 +62,7 @@ final class ServeServer: Sendable {
     }
 
     /// Publishes what is left of the session events (up to `nats.flush_timeout_s`) and stops the publisher.
-    func closeEvents() async {
+    package func closeEvents() async {
         guard let events, let n = configuration.nats else { return }
         let loop = state.withLock { $0.eventsLoop }
         let stats = await events.publisher.close(timeout: .seconds(n.flushTimeoutS))
@@ -98,7 +98,7 @@ final class ServeServer: Sendable {
     var isReady: Bool { state.withLock { !$0.draining && $0.sessions.count + $0.wyoming.count < configuration.maxSessions } }
 
     /// Binds the HTTP listener (and the Wyoming ports). Returns the HTTP port (useful with port 0).
-    func start() async throws -> Int {
+    package func start() async throws -> Int {
         let server = self
         if let events {
             let publisher = events.publisher
@@ -220,7 +220,7 @@ final class ServeServer: Sendable {
     }
 
     /// SIGTERM: stop accepting, let sessions end up to `grace`, then end the rest cleanly; close listeners.
-    func drain(grace: Duration) async {
+    package func drain(grace: Duration) async {
         let listeners = state.withLock { s -> [any Channel] in
             s.draining = true
             return s.channels
@@ -243,7 +243,7 @@ final class ServeServer: Sendable {
         for l in listeners { try? await l.close() }
     }
 
-    func shutdown() async {
+    package func shutdown() async {
         try? await group.shutdownGracefully()
     }
 }

@@ -1,9 +1,9 @@
 import AsyncHTTPClient
 import Foundation
-import PipelineCore
 import NIOCore
 import NIOFoundationCompat
 import NIOSSL
+import PipelineCore
 
 /// Where and how to reach the digital-human aPaaS API.
 public struct IVHConfiguration: Sendable {

@@ -13,11 +13,11 @@ import WSClient
 /// sends half a `101`) would hold the caller forever. Each connection here runs on an event loop
 /// group of its own, which is shut down — closing the half-open channel and failing the upgrade —
 /// when the deadline passes or the caller is cancelled before the upgrade completed.
-enum BoundedWebSocket {
+package enum BoundedWebSocket {
     /// Thrown when the handshake did not complete within the deadline.
-    struct HandshakeTimeout: Error, CustomStringConvertible {
-        var timeout: Duration
-        var description: String { "no WebSocket handshake answer within \(timeout)" }
+    package struct HandshakeTimeout: Error, CustomStringConvertible {
+        package var timeout: Duration
+        package var description: String { "no WebSocket handshake answer within \(timeout)" }
     }
 
     /// One connection attempt: its event loop group and how far the handshake got.
@@ -48,7 +48,7 @@ enum BoundedWebSocket {
 
     private enum Finished: Sendable { case connection, watchdog }
 
-    static func connect(
+    package static func connect(
         url: String, configuration: WebSocketClientConfiguration, tlsConfiguration: TLSConfiguration?,
         handshakeTimeout: Duration, logger: Logger,
         handler: @escaping WebSocketDataHandler<WebSocketClient.Context>

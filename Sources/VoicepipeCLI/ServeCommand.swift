@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PipelineCore
+import VoicepipeServe
 
 /// `voicepipe serve FILE`: pipelines as a network service (see ``ServeConfiguration``, ``ServeServer``).
 struct ServeCommand: AsyncParsableCommand {

@@ -7,7 +7,7 @@ import Synchronization
 /// losing its beginning). While it is down after having been up, audio is held up to the capacity
 /// and the oldest held audio packet is dropped (and counted) to make room; heartbeats are not held.
 /// Interrupts go to the front.
-final class IVHOutboundQueue: Sendable {
+package final class IVHOutboundQueue: Sendable {
     private struct State {
         var items: [IVHCommand] = []
         var connected = false
@@ -21,23 +21,23 @@ final class IVHOutboundQueue: Sendable {
     }
 
     /// Packets held at most.
-    let capacity: Int
+    package let capacity: Int
     private let state = Mutex(State())
 
-    init(capacity: Int) {
+    package init(capacity: Int) {
         self.capacity = max(1, capacity)
     }
 
     /// Audio packets dropped while the channel was down.
-    var dropped: UInt64 { state.withLock { $0.dropped } }
+    package var dropped: UInt64 { state.withLock { $0.dropped } }
     /// Commands waiting.
-    var count: Int { state.withLock { $0.items.count } }
+    package var count: Int { state.withLock { $0.items.count } }
     /// True once ``finish()`` was called and everything was taken.
-    var drained: Bool { state.withLock { $0.finished && $0.items.isEmpty } }
+    package var drained: Bool { state.withLock { $0.finished && $0.items.isEmpty } }
 
     /// Queues a command. Returns the number of audio packets dropped to make room.
     @discardableResult
-    func push(_ command: IVHCommand, front: Bool = false) async -> Int {
+    package func push(_ command: IVHCommand, front: Bool = false) async -> Int {
         while true {
             enum Step { case done(Int), wait }
             let id = state.withLock { s -> UInt64 in s.nextID += 1; return s.nextID }
@@ -84,7 +84,7 @@ final class IVHOutboundQueue: Sendable {
     }
 
     /// The next command, or nil once finished and empty (or when the caller is cancelled).
-    func next() async -> IVHCommand? {
+    package func next() async -> IVHCommand? {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<IVHCommand?, Never>) in
                 var result: IVHCommand??
@@ -110,12 +110,12 @@ final class IVHOutboundQueue: Sendable {
     }
 
     /// Puts back a command that could not be written.
-    func unshift(_ command: IVHCommand) {
+    package func unshift(_ command: IVHCommand) {
         state.withLock { $0.items.insert(command, at: 0) }
     }
 
     /// Channel up or down; producers waiting for room re-check.
-    func setConnected(_ up: Bool) {
+    package func setConnected(_ up: Bool) {
         let wake = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             s.connected = up
             if up { s.opened = true }
@@ -125,7 +125,7 @@ final class IVHOutboundQueue: Sendable {
     }
 
     /// No more commands will be queued; the consumer sees nil after the last one.
-    func finish() {
+    package func finish() {
         let (c, wake) = state.withLock { s -> (CheckedContinuation<IVHCommand?, Never>?, [CheckedContinuation<Void, Never>]) in
             s.finished = true
             let c = s.items.isEmpty ? s.consumer : nil
@@ -138,7 +138,7 @@ final class IVHOutboundQueue: Sendable {
     }
 
     /// Drops everything (when giving up).
-    func clear() {
+    package func clear() {
         state.withLock { $0.items.removeAll() }
     }
 }

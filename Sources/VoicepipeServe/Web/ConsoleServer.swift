@@ -6,13 +6,13 @@ import NIOPosix
 /// The console of `voicepipe run --console HOST:PORT`: the same pages as `voicepipe serve`'s, for the
 /// run's pipelines (`/` leads to `/console`). Without `VOICEPIPE_CONSOLE_TOKEN` it answers loopback
 /// clients only, and refuses to listen on any other address.
-final class ConsoleServer: Sendable {
+package final class ConsoleServer: Sendable {
     let site: WebSite
     private let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     private let channel: any Channel
 
     /// Parses `HOST:PORT` (`[v6]:PORT`, or `PORT` alone for 127.0.0.1).
-    static func address(_ text: String) -> (host: String, port: Int)? {
+    package static func address(_ text: String) -> (host: String, port: Int)? {
         if let port = Int(text), (0...65535).contains(port) { return ("127.0.0.1", port) }
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
         var host = String(text[..<colon])
@@ -20,11 +20,11 @@ final class ConsoleServer: Sendable {
         return host.isEmpty ? nil : (host, port)
     }
 
-    static func isLoopbackHost(_ host: String) -> Bool {
+    package static func isLoopbackHost(_ host: String) -> Bool {
         host == "localhost" || PageAccess.isLoopback(host)
     }
 
-    init(host: String, port: Int, token: String?, sessions: @escaping @Sendable () -> [LiveSession]) async throws {
+    package init(host: String, port: Int, token: String?, sessions: @escaping @Sendable () -> [LiveSession]) async throws {
         let site = WebSite(access: PageAccess(token: token), talkRoutes: [], consoleOnly: true, sessions: sessions)
         self.site = site
         channel = try await ServerBootstrap(group: group)
@@ -39,9 +39,9 @@ final class ConsoleServer: Sendable {
     }
 
     /// The port listened on (useful with port 0).
-    var port: Int { channel.localAddress?.port ?? 0 }
+    package var port: Int { channel.localAddress?.port ?? 0 }
 
-    func close() async {
+    package func close() async {
         try? await channel.close()
         try? await group.shutdownGracefully()
     }

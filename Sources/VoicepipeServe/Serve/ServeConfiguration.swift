@@ -6,7 +6,7 @@ import PipelineCore
 /// at once, and routes, each a protocol front-end and a graph template whose `app-source` receives the
 /// session's audio. Loaded and checked at start-up with `file:line:column` errors; every template is
 /// validated as `voicepipe validate` would.
-struct ServeConfiguration: Sendable {
+package struct ServeConfiguration: Sendable {
     /// Front-end protocols.
     enum FrontEnd: String, Sendable, CaseIterable {
         /// Tencent Cloud real-time ASR v2 (WebSocket, signed query).
@@ -23,13 +23,13 @@ struct ServeConfiguration: Sendable {
         var secretKey: String
     }
 
-    struct Route: Sendable {
-        var name: String
+    package struct Route: Sendable {
+        package var name: String
         var kind: FrontEnd
         /// HTTP path (WebSocket routes); `{appid}` matches one path segment.
-        var path: String?
+        package var path: String?
         /// TCP port (Wyoming).
-        var port: Int?
+        package var port: Int?
         var graphPath: String
         var graph: ValidatedGraph
         /// The template's `app-source` node and the audio format it takes.
@@ -88,10 +88,10 @@ struct ServeConfiguration: Sendable {
         var finishedAckMs = 2000
     }
 
-    var listen: (host: String, port: Int) = ("0.0.0.0", 8080)
+    package var listen: (host: String, port: Int) = ("0.0.0.0", 8080)
     var nats: NATS?
     var maxSessions = 100
-    var drainGraceS = 30
+    package var drainGraceS = 30
     /// The most an HTTP connection may take to send a whole request (head and body), and to send the
     /// next one after a response; past it the connection is closed (silent, half-sent, one byte a second).
     var requestTimeoutMs = 10_000
@@ -103,20 +103,20 @@ struct ServeConfiguration: Sendable {
         case http
     }
     var fullResponse = FullResponse.websocket
-    var routes: [Route] = []
+    package var routes: [Route] = []
     /// The talk page and the console (`console: { token: "${VAR}" }`): with a token every request to them
     /// must carry it; without one they answer loopback clients only.
     var consoleToken: String?
 
     /// True when the file's top level has `routes:` and no `nodes:` (a cheap look at the text, not a parse).
-    static func looksLikeServeConfiguration(path: String) -> Bool {
+    package static func looksLikeServeConfiguration(path: String) -> Bool {
         guard let data = FileManager.default.contents(atPath: path), data.count < 4 << 20 else { return false }
         let lines = String(decoding: data, as: UTF8.self).split(separator: "\n")
         return lines.contains { $0.hasPrefix("routes:") } && !lines.contains { $0.hasPrefix("nodes:") }
     }
 
     /// Loads `path`: `${VAR}` substitution, YAML, checks; throws a ``GraphError`` listing every problem.
-    static func load(path: String, registry: NodeRegistry, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ServeConfiguration {
+    package static func load(path: String, registry: NodeRegistry, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ServeConfiguration {
         guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
             throw GraphError([GraphIssue(.structure, at: SourceLocation(file: path, line: 0, column: 0), "cannot read the serve configuration")])
         }

@@ -1,3 +1,4 @@
+import BoundedTransport
 import Logging
 import NIOSSL
 import PipelineCore
@@ -5,15 +6,25 @@ import Synchronization
 import WSClient
 
 /// What the command channel reports to its owner.
-struct IVHChannelObserver: Sendable {
+package struct IVHChannelObserver: Sendable {
     /// A message pushed by the server, with its raw text (for the fields beyond its kind).
-    var push: @Sendable (IVHPush, _ raw: String) async -> Void
+    package var push: @Sendable (IVHPush, _ raw: String) async -> Void
     /// The channel opened; `reconnects` counts the openings before this one.
-    var connected: @Sendable (_ reconnects: Int) async -> Void
+    package var connected: @Sendable (_ reconnects: Int) async -> Void
     /// The channel closed unexpectedly (it will be reopened).
-    var disconnected: @Sendable (_ reason: String) async -> Void
+    package var disconnected: @Sendable (_ reason: String) async -> Void
     /// A command was written.
-    var sent: @Sendable (IVHCommand) -> Void
+    package var sent: @Sendable (IVHCommand) -> Void
+
+    package init(push: @escaping @Sendable (IVHPush, _ raw: String) async -> Void,
+                 connected: @escaping @Sendable (_ reconnects: Int) async -> Void,
+                 disconnected: @escaping @Sendable (_ reason: String) async -> Void,
+                 sent: @escaping @Sendable (IVHCommand) -> Void) {
+        self.push = push
+        self.connected = connected
+        self.disconnected = disconnected
+        self.sent = sent
+    }
 }
 
 /// The WebSocket command channel of one session
@@ -23,24 +34,24 @@ struct IVHChannelObserver: Sendable {
 /// growing delay (on the injected clock) when it drops; commands queued meanwhile are held (audio
 /// bounded, see ``IVHOutboundQueue``). Audio packets are paced: each is written no sooner than its
 /// predecessor's duration after it, so audio never goes faster than real time.
-final class IVHCommandChannel: Sendable {
+package final class IVHCommandChannel: Sendable {
     /// Codes that mean the session is gone: reopening the channel cannot help.
-    static let fatalCodes: Set<Int> = [110006, 110013, 110018, 110022, 100005]
+    package static let fatalCodes: Set<Int> = [110006, 110013, 110018, 110022, 100005]
 
-    let sessionID: String
-    let url: @Sendable () -> String
-    let tls: TLSConfiguration?
-    let clock: any Clock<Duration>
-    let queue: IVHOutboundQueue
-    let observer: IVHChannelObserver
-    let logger: Logger
+    package let sessionID: String
+    package let url: @Sendable () -> String
+    package let tls: TLSConfiguration?
+    package let clock: any Clock<Duration>
+    package let queue: IVHOutboundQueue
+    package let observer: IVHChannelObserver
+    package let logger: Logger
     /// Consecutive failed openings before giving up.
-    let maxFailures: Int
+    package let maxFailures: Int
     private let fatal = Mutex<IVHError?>(nil)
     private let nextAudio = Mutex<Duration?>(nil)
     private let openings = Atomic<Int>(0)
 
-    init(sessionID: String, url: @escaping @Sendable () -> String, tls: TLSConfiguration?, clock: any Clock<Duration>,
+    package init(sessionID: String, url: @escaping @Sendable () -> String, tls: TLSConfiguration?, clock: any Clock<Duration>,
          heldPackets: Int, maxFailures: Int, logger: Logger, observer: IVHChannelObserver) {
         self.sessionID = sessionID
         self.url = url
@@ -55,16 +66,16 @@ final class IVHCommandChannel: Sendable {
     /// Queues a command (suspends while the channel is up and the queue full). Returns audio
     /// packets dropped to make room.
     @discardableResult
-    func send(_ command: IVHCommand, front: Bool = false) async -> Int {
+    package func send(_ command: IVHCommand, front: Bool = false) async -> Int {
         await queue.push(command, front: front)
     }
 
     /// No more commands: ``run()`` returns once the queue has been written.
-    func finish() { queue.finish() }
+    package func finish() { queue.finish() }
 
     /// Keeps the channel open until finished and drained (returns), the caller is cancelled
     /// (returns), the server reports the session gone or reopening keeps failing (throws ``IVHError``).
-    func run() async throws {
+    package func run() async throws {
         let pacer = Pacer(clock: clock)
         var failures = 0
         var config = WebSocketClientConfiguration()

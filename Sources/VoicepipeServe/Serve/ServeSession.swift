@@ -49,7 +49,8 @@ final class ServeSession: Sendable {
         var bytes = 0
         var lastAudio = ContinuousClock.now
         var firstResultSent = false
-        var tencent = TencentFrontEnd.State()
+        /// The route's wire protocol, for this session.
+        var wire: any SessionProtocol
         /// What waits to be written, in order.
         var outbox: SessionOutbox
         /// When the client last took something (the outbox shrank).
@@ -73,7 +74,7 @@ final class ServeSession: Sendable {
         self.head = head
         self.captures = captures
         self.channel = channel
-        state = Mutex(State(outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
+        state = Mutex(State(wire: route.kind.sessionProtocol(), outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
         (messages, inbox) = AsyncStream.makeStream(of: Inbound.self, bufferingPolicy: .unbounded)
     }
 
@@ -111,29 +112,24 @@ final class ServeSession: Sendable {
     // MARK: running
 
     private func run() async {
-        var voiceID = "session"
-        if route.kind == .tencentASR {
-            switch TencentFrontEnd.check(head: head, captures: captures, route: route) {
-            case .failure(let problem):
-                server.releaseUpgrade()
-                server.metrics.refused(route: route.name, code: "\(problem.code)")
-                logger.info("route '\(route.name)': refused (\(problem.code) \(problem.message))")
-                send(json: ["code": problem.code, "message": problem.message, "voice_id": problem.voiceID])
-                closeSoon()
-                return
-            case .success(let v):
-                voiceID = v
-            }
+        let (head, captures, route) = (self.head, self.captures, self.route)
+        if let refusal = state.withLock({ $0.wire.accept(head: head, captures: captures, route: route) }) {
+            server.releaseUpgrade()
+            server.metrics.refused(route: route.name, code: refusal.code)
+            logger.info("route '\(route.name)': refused (\(refusal.code) \(refusal.message))")
+            send(text: refusal.text)
+            close(.normalClosure)
+            return
         }
         guard server.admit(self) else {
             server.metrics.refused(route: route.name, code: "busy")
             fail(code: 4006, websocketCode: "busy", message: "too many sessions (max_sessions \(server.configuration.maxSessions))",
-                 close: .unexpectedServerError, voiceID: voiceID)
+                 close: .unexpectedServerError)
             return
         }
         server.metrics.sessionStarted(route: route.name)
         defer { server.remove(self) }
-        let bus = SessionEvents(server: server, route: route.name, session: sessionID(voiceID: voiceID))
+        let bus = SessionEvents(server: server, route: route.name, session: sessionID())
         bus.started(protocol: route.kind.rawValue, remote: channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" })
         let pipeline: Pipeline
         do {
@@ -141,19 +137,19 @@ final class ServeSession: Sendable {
         } catch {
             server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: 0, drops: 0, mediaAgeP99Ms: nil)
             await bus.finished(outcome: "error", audioBytes: 0, drops: 0)
-            fail(code: 4000, websocketCode: "graph_failed", message: "cannot start the graph: \(error)", close: .unexpectedServerError, voiceID: voiceID)
+            fail(code: 4000, websocketCode: "graph_failed", message: "cannot start the graph: \(error)", close: .unexpectedServerError)
             return
         }
         let live = LiveSession(id: bus.session, route: route.name, started: opened, pipeline: pipeline)
         state.withLock { $0.pipeline = pipeline; $0.live = live }
         if state.withLock({ $0.closed }) { pipeline.stop() }
-        if route.kind == .tencentASR { send(json: ["code": 0, "message": "success", "voice_id": voiceID]) }
+        for message in state.withLock({ $0.wire.opened() }) { send(text: message) }
         let events = pipeline.events(buffer: 10_000)
         let answerRoute = route.answer
         let forwarding = Task { [self] in
             for await e in events {
                 bus.forward(e)
-                self.forward(e, voiceID: voiceID)
+                self.forward(e)
                 if answerRoute?.interrupts(e) == true { self.interruptAnswer() }
             }
         }
@@ -166,7 +162,7 @@ final class ServeSession: Sendable {
             }
         }
         let running = Task { try await pipeline.run() }
-        let watchdog = Task { [self] in await self.watch(voiceID: voiceID) }
+        let watchdog = Task { [self] in await self.watch() }
         await feed(pipeline)
         watchdog.cancel()
         var failure: (any Error)?
@@ -189,19 +185,18 @@ final class ServeSession: Sendable {
         if let failure {
             server.metrics.error(route: route.name, code: "graph_failed")
             logger.warning("route '\(route.name)': session graph failed: \(failure)")
-            fail(code: 4000, websocketCode: "graph_failed", message: "\(failure)", close: .unexpectedServerError, voiceID: voiceID)
+            fail(code: 4000, websocketCode: "graph_failed", message: "\(failure)", close: .unexpectedServerError)
             return
         }
-        if route.kind == .tencentASR && outcome != "disconnected" {
-            let id = state.withLock { s -> Int in s.tencent.messages += 1; return s.tencent.messages }
-            send(json: ["code": 0, "message": "success", "voice_id": voiceID, "message_id": "\(voiceID)_\(id)", "final": 1])
+        if outcome != "disconnected" {
+            for message in state.withLock({ $0.wire.finished() }) { send(text: message) }
         }
         close(.normalClosure)
     }
 
-    /// The session's id on the bus: Tencent's voice_id; on other routes `session_id` or `voice_id` from the query, else random.
-    private func sessionID(voiceID: String) -> String {
-        if route.kind == .tencentASR && !voiceID.isEmpty { return voiceID }
+    /// The session's id on the bus: the protocol's (Tencent's voice_id); else `session_id` or `voice_id` from the query, else random.
+    private func sessionID() -> String {
+        if let id = state.withLock({ $0.wire.sessionID }) { return id }
         let items = URLComponents(string: head.uri)?.queryItems ?? []
         for name in ["session_id", "voice_id"] {
             if let v = items.first(where: { $0.name == name })?.value, !v.isEmpty { return v }
@@ -242,7 +237,7 @@ final class ServeSession: Sendable {
                 let text = buffer.readString(length: buffer.readableBytes) ?? ""
                 if Self.isEnd(text) { break }
                 server.metrics.error(route: route.name, code: "unknown_message")
-                if route.kind == .tencentASR {
+                if state.withLock({ $0.wire.refusesUnknownText }) {
                     fail(code: 4010, websocketCode: "unknown_message", message: "unknown text message", close: .protocolError)
                     state.withLock { $0.outcome = "error" }
                     break
@@ -258,7 +253,7 @@ final class ServeSession: Sendable {
     }
 
     /// Ends the audio at `max_duration_s`; Tencent's 4008 (websocket: an `idle` error) after `idle_timeout_ms` without audio.
-    private func watch(voiceID: String) async {
+    private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
         while !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(100))
@@ -275,7 +270,7 @@ final class ServeSession: Sendable {
             if ContinuousClock.now - last > .milliseconds(route.idleTimeoutMs) {
                 server.metrics.error(route: route.name, code: "idle")
                 state.withLock { $0.outcome = "idle" }
-                fail(code: 4008, websocketCode: "idle", message: "no audio for \(route.idleTimeoutMs) ms", close: .normalClosure, voiceID: voiceID)
+                fail(code: 4008, websocketCode: "idle", message: "no audio for \(route.idleTimeoutMs) ms", close: .normalClosure)
                 state.withLock { $0.pipeline }?.stop()
                 inbox.finish()
                 return
@@ -292,19 +287,10 @@ final class ServeSession: Sendable {
 
     // MARK: answering
 
-    private func forward(_ event: Event, voiceID: String) {
-        switch route.kind {
-        case .websocket:
-            send(text: event.jsonLine())
+    private func forward(_ event: Event) {
+        for message in state.withLock({ $0.wire.messages(for: event) }) {
+            send(text: message)
             noteFirstResult()
-        case .tencentASR:
-            let messages = state.withLock { s in TencentFrontEnd.messages(for: event, voiceID: voiceID, state: &s.tencent) }
-            for m in messages {
-                send(json: m)
-                noteFirstResult()
-            }
-        case .wyoming:
-            break
         }
     }
 
@@ -360,20 +346,10 @@ final class ServeSession: Sendable {
     }
 
     /// The protocol's error, then the connection closes.
-    private func fail(code: Int, websocketCode: String, message: String, close: WebSocketErrorCode, voiceID: String? = nil) {
-        switch route.kind {
-        case .tencentASR:
-            send(json: ["code": code, "message": message, "voice_id": voiceID ?? captures["voice_id"] ?? ""])
-            closeSoon()
-        default:
-            send(text: Event(.error, node: "serve", fields: [("code", .string(websocketCode)), ("message", .string(message))]).jsonLine())
-            self.close(close)
-        }
-    }
-
-    private func send(json object: [String: Any]) {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
-        send(text: String(decoding: data, as: UTF8.self))
+    private func fail(code: Int, websocketCode: String, message: String, close: WebSocketErrorCode) {
+        let failure = state.withLock { $0.wire.failure(code: code, name: websocketCode, message: message, close: close) }
+        send(text: failure.text)
+        self.close(failure.close)
     }
 
     private func send(text: String) {
@@ -444,11 +420,6 @@ final class ServeSession: Sendable {
             // A client that reads nothing never takes the close frame: the connection goes anyway.
             channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
         }
-    }
-
-    /// Tencent closes a refused connection after its error message.
-    private func closeSoon() {
-        close(.normalClosure)
     }
 
     static func seconds(_ d: Duration) -> Double {
