@@ -23,6 +23,7 @@ let package = Package(
         .library(name: "ServiceDiscovery", targets: ["ServiceDiscovery"]),
         .library(name: "Wyoming", targets: ["Wyoming"]),
         .library(name: "DigitalHuman", targets: ["DigitalHuman"]),
+        .library(name: "TencentASR", targets: ["TencentASR"]),
         .executable(name: "voicepipe", targets: ["Runner"]),
     ],
     dependencies: [
@@ -94,6 +95,20 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Tencent Cloud's real-time ASR (v2): the signed request, the WebSocket session with reconnection and
+        // its audio backlog, the server's messages. The asr node's `tencent` engine is built on it.
+        .target(
+            name: "TencentASR",
+            dependencies: [
+                core, "CoreNodes", "BoundedTransport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "WSClient", package: "swift-websocket"),
+            ],
+            swiftSettings: strict
+        ),
         // Tencent Cloud's interactive digital human (IVH): the signed HTTP API and the command channel.
         .target(
             name: "DigitalHuman",
@@ -118,7 +133,7 @@ let package = Package(
         .target(
             name: "Nodes",
             dependencies: [
-                core, "CoreNodes", "BoundedTransport", "DigitalHuman", "NATSClient", "Wyoming", "CPocketSphinx", "CWhisper", "CFlite", "CEspeakNG",
+                core, "CoreNodes", "BoundedTransport", "DigitalHuman", "TencentASR", "NATSClient", "Wyoming", "CPocketSphinx", "CWhisper", "CFlite", "CEspeakNG",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -136,7 +151,7 @@ let package = Package(
         .target(
             name: "VoicepipeServe",
             dependencies: [
-                core, "Nodes", "NATSClient", "Wyoming",
+                core, "Nodes", "TencentASR", "NATSClient", "Wyoming",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -191,7 +206,7 @@ let package = Package(
         .executableTarget(
             name: "voicepipe-fuzz",
             dependencies: [
-                core, "Nodes", "DigitalHuman", "NATSClient", "ServiceDiscovery", "Wyoming",
+                core, "Nodes", "DigitalHuman", "TencentASR", "NATSClient", "ServiceDiscovery", "Wyoming",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -208,7 +223,7 @@ let package = Package(
         .testTarget(
             name: "NodesTests",
             dependencies: [
-                core, "CoreNodes", "Nodes", "BoundedTransport", "DigitalHuman", "NATSClient", "Wyoming", testing,
+                core, "CoreNodes", "Nodes", "BoundedTransport", "DigitalHuman", "TencentASR", "NATSClient", "Wyoming", testing,
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import TencentASR
 
 /// `engine: tencent` of the `asr` node: Tencent Cloud real-time speech recognition over
 /// WebSocket (API v2, `wss://asr.cloud.tencent.com/asr/v2/<appid>`).

@@ -1,5 +1,6 @@
 import Foundation
 import PipelineCore
+import TencentASR
 import Wyoming
 
 /// `engine: wyoming`: any speech-to-text server that speaks the Wyoming protocol (Home Assistant's

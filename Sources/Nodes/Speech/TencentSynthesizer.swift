@@ -5,6 +5,7 @@ import NIOCore
 import NIOSSL
 import PipelineCore
 import Synchronization
+import TencentASR
 import WSClient
 
 /// `engine: tencent`: Tencent Cloud's real-time speech synthesis over WebSocket

@@ -2,6 +2,7 @@ import Foundation
 import NIOHTTP1
 import Nodes
 import PipelineCore
+import TencentASR
 
 /// Tencent Cloud real-time ASR v2, server side: what a client written against the published API
 /// (`wss://asr.cloud.tencent.com/asr/v2/<appid>?<signed query>`) expects of the service.

@@ -6,6 +6,7 @@ import Testing
 @testable import CoreNodes
 @testable import DigitalHuman
 @testable import Nodes
+@testable import TencentASR
 
 @Suite("Tencent ASR: signature, request and state machines")
 struct TencentASRUnitTests {

@@ -4,6 +4,7 @@ import PipelineCore
 import Synchronization
 @testable import CoreNodes
 @testable import Nodes
+@testable import TencentASR
 
 /// Collects what an engine reports, as short strings for assertions.
 actor ASRResultLog {

@@ -26,6 +26,7 @@ import NIOWebSocket
 import Nodes
 import PipelineCore
 import ServiceDiscovery
+import TencentASR
 import Wyoming
 
 // MARK: - Crash and hang capture

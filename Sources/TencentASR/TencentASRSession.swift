@@ -1,4 +1,5 @@
 import BoundedTransport
+import CoreNodes
 import Foundation
 import Logging
 import NIOCore
@@ -24,7 +25,7 @@ import WSClient
 /// final result — and the next audio opens a new connection. The service drops a connection that
 /// receives no audio for 15 s (code 4008) and warns that gaps over 6 s may break recognition; a
 /// quiet room therefore costs no errors and no billed silence.
-actor TencentASRSession {
+package actor TencentASRSession {
     private enum Outcome: Sendable {
         case finished
         case serverError(code: Int, message: String)
@@ -40,12 +41,12 @@ actor TencentASRSession {
         var endMs: Int64
     }
 
-    let config: TencentASRConfiguration
-    let results: ASRResults
-    let clock: any Clock<Duration>
-    let makePacer: @Sendable () -> Pacer
-    let logger: Logger
-    let count: @Sendable (String, UInt64) -> Void
+    package let config: TencentASRConfiguration
+    package let results: ASRResults
+    package let clock: any Clock<Duration>
+    package let makePacer: @Sendable () -> Pacer
+    package let logger: Logger
+    package let count: @Sendable (String, UInt64) -> Void
     private let chunkSamples: Int
     private let rate: Int
     private let audioBell = TencentDoorbell()
@@ -68,7 +69,7 @@ actor TencentASRSession {
 
     /// Creates a session. `makePacer` makes a pacer whose time zero is now on `clock`;
     /// `count` adds to a node counter (`dropped_audio_ms`, `reconnects`).
-    init(config: TencentASRConfiguration, results: ASRResults, clock: any Clock<Duration>,
+    package init(config: TencentASRConfiguration, results: ASRResults, clock: any Clock<Duration>,
          makePacer: @escaping @Sendable () -> Pacer, logger: Logger,
          count: @escaping @Sendable (String, UInt64) -> Void = { _, _ in }) {
         self.config = config
@@ -84,7 +85,7 @@ actor TencentASRSession {
     }
 
     /// Recognizes `inputs` until they end and every result is delivered.
-    func run(inputs: ASRInputs) async throws {
+    package func run(inputs: ASRInputs) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await self.readInputs(inputs) }
             group.addTask { try await self.connectionLoop() }
@@ -394,7 +395,7 @@ actor TencentASRSession {
         try await results.send(.utteranceEnd(voiceID: o.voiceID, seq: o.seq))
     }
 
-    static func describe(_ error: any Error) -> String {
+    package static func describe(_ error: any Error) -> String {
         if let e = error as? WebSocketClientError { return "WebSocket: \(e)" }
         if let e = error as? NIOSSLError { return "TLS: \(e)" }
         if let e = error as? BoringSSLError { return "TLS: \(e)" }

@@ -68,59 +68,6 @@ public struct TencentASRConfiguration: Sendable {
         self.handshakeTimeout = handshakeTimeout
     }
 
-    /// Resolves the engine's parameters, with credentials defaulting to `environment` (the node's
-    /// ``NodeEnvironment/variables``). Throws `missing_credentials` naming what is missing (never a value).
-    public init(parameters p: TencentASREngine.Configuration, environment: [String: String]) throws {
-        func credential(_ value: String?, _ variable: String) -> String? {
-            if let v = value, !v.isEmpty { return v }
-            if let v = environment[variable], !v.isEmpty { return v }
-            return nil
-        }
-        let app = credential(p.appID, "TENCENTCLOUD_APPID")
-        let sid = credential(p.secretID, "TENCENTCLOUD_SECRET_ID")
-        let skey = credential(p.secretKey, "TENCENTCLOUD_SECRET_KEY")
-        var missing: [String] = []
-        if app == nil { missing.append("app_id (or TENCENTCLOUD_APPID)") }
-        if sid == nil { missing.append("secret_id (or TENCENTCLOUD_SECRET_ID)") }
-        if skey == nil { missing.append("secret_key (or TENCENTCLOUD_SECRET_KEY)") }
-        guard let app, let sid, let skey else {
-            throw NodeError(.missingCredentials, "engine tencent needs " + missing.joined(separator: ", "))
-        }
-        let endpoint: TencentEndpoint
-        if let e = p.endpoint, !e.isEmpty {
-            guard let parsed = TencentEndpoint(e) else {
-                throw NodeError(.badEndpoint, "endpoint \"\(e)\": expected ws://host[:port][/prefix] or wss://...")
-            }
-            endpoint = parsed
-        } else {
-            endpoint = .default
-        }
-        var reconnect = TencentReconnectPolicy()
-        if let attempts = p.reconnectAttempts { reconnect.maxAttempts = max(1, attempts) }
-        self.init(appID: app, secretID: sid, secretKey: skey, endpoint: endpoint,
-                  engineModelType: p.model, extraParameters: (p.params ?? [:]).merging(p.serviceParameters) { $1 }, caFile: p.caFile,
-                  reconnect: reconnect, maxHeldMs: p.holdMs ?? Self.defaultMaxHeldMs,
-                  finalTimeout: .milliseconds(p.finalTimeoutMs ?? 15_000), handshakeTimeout: .milliseconds(p.handshakeTimeoutMs ?? 10_000))
-        idleEnd = .milliseconds(p.idleEndMs ?? Self.defaultIdleEndMs)
-    }
-
-    /// Resolves untyped parameter values (as ``init(parameters:environment:)`` does; for tests and
-    /// callers that hold a ``NodeConfig``). Values of other parameters are ignored.
-    public init(config: NodeConfig, environment: [String: String]) throws {
-        try self.init(parameters: ParameterDecoder.decode(TencentASREngine.Configuration.self, from: config.values),
-                      environment: environment)
-    }
-
-    /// The problems ``TencentASREngine/Configuration/problems()`` reports for untyped parameter
-    /// values (for tests and callers that hold a ``NodeConfig``).
-    public static func check(_ config: NodeConfig) -> [String] {
-        do {
-            return try ParameterDecoder.decode(TencentASREngine.Configuration.self, from: config.values).problems()
-        } catch {
-            return ["\(error)"]
-        }
-    }
-
     /// The sample rate the model expects: 8 kHz for `8k_*` models, else 16 kHz.
     public static func sampleRate(engineModelType: String) -> Int { engineModelType.hasPrefix("8k_") ? 8000 : 16000 }
 

@@ -161,7 +161,7 @@ public struct TencentWord: Sendable, Decodable, Equatable {
 extension KeyedDecodingContainer {
     /// An integer given as a number or as a string of digits; absent or null is `nil`. Anything
     /// else — a fraction, a number out of range, text — is a decoding error, never a default.
-    func decodeLoose(_ key: Key, in range: ClosedRange<Int>? = nil) throws -> Int? {
+    package func decodeLoose(_ key: Key, in range: ClosedRange<Int>? = nil) throws -> Int? {
         guard contains(key), (try? decodeNil(forKey: key)) != true else { return nil }
         let value: Int
         if let i = try? decode(Int.self, forKey: key) {
