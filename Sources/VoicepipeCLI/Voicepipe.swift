@@ -23,10 +23,19 @@ public enum Voicepipe {
         SignalCenter.install()
     }
 
+    /// The process-wide settings the command takes from its environment: `VOICEPIPE_RT_THREADS` (threads
+    /// of the real-time executor, default 2) and `VOICEPIPE_REALTIME=0` (no real-time scheduling). The
+    /// runtime reads no environment variable itself.
+    static func applyProcessSettings(_ environment: [String: String]) {
+        if let threads = environment["VOICEPIPE_RT_THREADS"].flatMap(Int.init) { RealtimeExecutor.sharedThreadCount = threads }
+        if environment["VOICEPIPE_REALTIME"] == "0" { RealtimeScheduling.isEnabled = false }
+    }
+
     /// Parses the process arguments and runs the command with `registry`'s node types.
     public static func main(registry: NodeRegistry = BuiltinNodes.registry(), commands: [any ParsableCommand.Type] = [],
                             arguments: [String]? = nil) async {
         SignalCenter.install()
+        applyProcessSettings(ProcessInfo.processInfo.environment)
         CLIContext.registry.withLock { $0 = registry }
         CLIContext.extraCommands.withLock { $0 = commands }
         do {

@@ -66,16 +66,25 @@ enum AudioNodeParameters {
     }
 
     /// The stream a capture node's configuration asks for.
-    static func spec(_ c: Capture, backend: AudioBackendKind, id: String) -> AudioStreamSpec {
+    static func spec(_ c: Capture, backend: AudioBackendKind, environment env: NodeEnvironment) -> AudioStreamSpec {
         AudioStreamSpec(backend: backend, device: c.device, format: c.format,
-                        periodFrames: max(1, c.format.frames(ms: c.frameMs)), latencyMs: c.latencyMs, streamName: "voicepipe \(id)")
+                        periodFrames: max(1, c.format.frames(ms: c.frameMs)), latencyMs: c.latencyMs, streamName: "voicepipe \(env.id)",
+                        server: server(backend, env))
     }
 
     /// The stream a playback node's configuration asks for (16 kHz mono until the input's format is known).
-    static func spec(_ c: Playback, backend: AudioBackendKind, id: String) -> AudioStreamSpec {
+    static func spec(_ c: Playback, backend: AudioBackendKind, environment env: NodeEnvironment) -> AudioStreamSpec {
         let format = AudioFormat(sampleRate: c.rate ?? 16000, channels: c.channels ?? 1)
         return AudioStreamSpec(backend: backend, device: c.device, format: format,
-                               periodFrames: max(1, format.frames(ms: c.frameMs)), latencyMs: c.latencyMs, streamName: "voicepipe \(id)")
+                               periodFrames: max(1, format.frames(ms: c.frameMs)), latencyMs: c.latencyMs, streamName: "voicepipe \(env.id)",
+                               server: server(backend, env))
+    }
+
+    /// PulseAudio's server from the graph's environment (`PULSE_SERVER`), as libpulse itself would take it from
+    /// the process's; the other backends have none.
+    static func server(_ backend: AudioBackendKind, _ env: NodeEnvironment) -> String? {
+        guard backend == .pulse, let server = env.variables["PULSE_SERVER"], !server.isEmpty else { return nil }
+        return server
     }
 
     /// A capture source descriptor (`alsa-source`, `pulse-source`).
@@ -87,7 +96,7 @@ enum AudioNodeParameters {
             format: .typed(Capture.self, output: { c, _ in c.format }),
             defaultOverflow: .dropOldest,
             executor: .realtime,
-            make: { c, env in AudioCaptureNode(spec: spec(c, backend: backend, id: env.id), frameMs: c.frameMs, onDeviceLost: c.onDeviceLost) })
+            make: { c, env in AudioCaptureNode(spec: spec(c, backend: backend, environment: env), frameMs: c.frameMs, onDeviceLost: c.onDeviceLost) })
         d.parameters = capture(backend)
         return d
     }
@@ -103,7 +112,7 @@ enum AudioNodeParameters {
             configuration: Playback.self,
             format: .none,
             executor: .realtime,
-            make: { c, env in AudioPlaybackNode(spec: spec(c, backend: backend, id: env.id), fixedFormat: c.rate != nil, compensateDrift: c.driftCompensation, onDeviceLost: c.onDeviceLost) })
+            make: { c, env in AudioPlaybackNode(spec: spec(c, backend: backend, environment: env), fixedFormat: c.rate != nil, compensateDrift: c.driftCompensation, onDeviceLost: c.onDeviceLost) })
         d.parameters = playback(backend)
         return d
     }

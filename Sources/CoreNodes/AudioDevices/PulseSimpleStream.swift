@@ -27,7 +27,7 @@ final class PulseSimpleStream {
         if let problem = libraryProblem({ vp_pulse_load($0, $1) }) { throw NodeError(.backendUnavailable, problem) }
         var err: Int32 = 0
         let device: String? = spec.device == "default" || spec.device.isEmpty ? nil : spec.device
-        let h = pa_simple_new(nil, "voicepipe", direction, device, spec.streamName, &ss, nil, &attr, &err)
+        let h = pa_simple_new(spec.server, "voicepipe", direction, device, spec.streamName, &ss, nil, &attr, &err)
         guard let h else { throw PulseSimpleStream.error(spec, err, doing: "connect") }
         handle = h
     }
@@ -41,7 +41,7 @@ final class PulseSimpleStream {
     /// A `NodeError` for a PulseAudio error code, naming backend, device and server.
     static func error(_ spec: AudioStreamSpec, _ code: Int32, doing what: String) -> NodeError {
         let text = String(cString: pa_strerror(code))
-        let server = ProcessInfo.processInfo.environment["PULSE_SERVER"].map { "server '\($0)'" } ?? "the default server"
+        let server = spec.server.map { "server '\($0)'" } ?? "the default server"
         switch UInt32(code) {
         case PA_ERR_NOENTITY.rawValue:
             return NodeError(.deviceNotFound, "\(spec.label) not found on \(server) (\(text)); `voicepipe devices` lists the available devices")

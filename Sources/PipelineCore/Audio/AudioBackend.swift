@@ -33,15 +33,20 @@ public struct AudioStreamSpec: Sendable, Hashable {
     public var latencyMs: Int
     /// Stream name shown by the sound server (the node id).
     public var streamName: String
+    /// The sound server to connect to (PulseAudio: a server string as `PULSE_SERVER` takes it); `nil`
+    /// = the backend's default. The audio nodes take it from their ``NodeEnvironment``.
+    public var server: String?
 
     /// Creates a specification.
-    public init(backend: AudioBackendKind, device: String, format: AudioFormat, periodFrames: Int, latencyMs: Int, streamName: String) {
+    public init(backend: AudioBackendKind, device: String, format: AudioFormat, periodFrames: Int, latencyMs: Int, streamName: String,
+                server: String? = nil) {
         self.backend = backend
         self.device = device
         self.format = format
         self.periodFrames = periodFrames
         self.latencyMs = latencyMs
         self.streamName = streamName
+        self.server = server
     }
 
     /// "ALSA device 'default'" — used to start every error message.

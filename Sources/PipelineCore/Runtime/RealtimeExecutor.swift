@@ -16,10 +16,18 @@ import Glibc
 public final class RealtimeExecutor: TaskExecutor, @unchecked Sendable {
     // @unchecked: the job list is only touched under `condition`'s lock; `threads` is written once
     // in init before any job can arrive.
-    /// The process-wide instance.
-    public static let shared = RealtimeExecutor(
-        threads: ProcessInfo.processInfo.environment["VOICEPIPE_RT_THREADS"].flatMap(Int.init).map { min(max($0, 1), 64) } ?? 2,
-        name: "voicepipe-rt")
+    /// The process-wide instance, started at first use with ``sharedThreadCount`` threads.
+    public static var shared: RealtimeExecutor { sharedInstance }
+    private static let sharedInstance = RealtimeExecutor(threads: sharedThreads.load(ordering: .relaxed), name: "voicepipe-rt")
+    private static let sharedThreads = Atomic<Int>(2)
+
+    /// Threads of ``shared`` (1...64, default 2): a process-wide setting the application makes before
+    /// its first real-time node runs; later changes do not resize a running executor. (The `voicepipe`
+    /// command sets it from `VOICEPIPE_RT_THREADS`.)
+    public static var sharedThreadCount: Int {
+        get { sharedThreads.load(ordering: .relaxed) }
+        set { sharedThreads.store(min(max(newValue, 1), 64), ordering: .relaxed) }
+    }
 
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []
@@ -78,7 +86,7 @@ public final class RealtimeExecutor: TaskExecutor, @unchecked Sendable {
 /// Real-time scheduling (SCHED_FIFO) for device threads and the real-time executor, where the
 /// system allows it (CAP_SYS_NICE, or an RLIMIT_RTPRIO above zero). Where it does not, threads
 /// keep normal priority and ``status`` says why; the runtime says so once at start.
-/// `VOICEPIPE_REALTIME=0` turns the request off.
+/// ``isEnabled`` turns the request off for the process (the `voicepipe` command: `VOICEPIPE_REALTIME=0`).
 public enum RealtimeScheduling {
     /// Priority asked for (low in the real-time range: above every normal thread, below the
     /// system's own real-time threads).
@@ -86,12 +94,20 @@ public enum RealtimeScheduling {
 
     private static let result = LockedValue<String?>(nil)
     private static let reported = Atomic<Bool>(false)
+    private static let enabled = Atomic<Bool>(true)
+
+    /// Whether threads ask for real-time scheduling (default true): a process-wide setting the
+    /// application makes before its first device thread or real-time node starts.
+    public static var isEnabled: Bool {
+        get { enabled.load(ordering: .relaxed) }
+        set { enabled.store(newValue, ordering: .relaxed) }
+    }
 
     /// Asks real-time scheduling for the calling thread; returns whether it was granted.
     @discardableResult
     public static func applyToCurrentThread() -> Bool {
-        if ProcessInfo.processInfo.environment["VOICEPIPE_REALTIME"] == "0" {
-            result.withLock { if $0 == nil { $0 = "turned off by VOICEPIPE_REALTIME=0" } }
+        if !isEnabled {
+            result.withLock { if $0 == nil { $0 = "turned off (RealtimeScheduling.isEnabled = false; the voicepipe command: VOICEPIPE_REALTIME=0)" } }
             return false
         }
         #if canImport(Glibc)

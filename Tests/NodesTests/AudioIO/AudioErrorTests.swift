@@ -40,6 +40,36 @@ struct AudioErrorTests {
         #expect(elapsed < .seconds(2), "took \(elapsed)")
     }
 
+    @Test("pulse nodes connect to the server of the graph's environment, not the process's, and name it when it is dead",
+          arguments: ["pulse-source", "pulse-sink"])
+    func serverFromTheGraphEnvironment(type: String) async throws {
+        try AudioTestEnv.requireDaemon()   // the process's own server is alive
+        let dead = "unix:" + temporaryPath("no-server-\(type)")
+        let yaml = type.hasSuffix("source")
+            ? captureGraph(type: type, device: "default", path: temporaryPath("x.wav"))
+            : """
+              version: 1
+              nodes:
+                src: { type: tone-source, duration_ms: 200, realtime: false }
+                spk: { type: \(type) }
+              links:
+                - src -> spk
+              """
+        var environment = ProcessInfo.processInfo.environment
+        environment["PULSE_SERVER"] = dead
+        let start = ContinuousClock.now
+        do {
+            _ = try await runGraph(yaml, environment: environment, timeout: .seconds(10))
+            Issue.record("the graph ran on the process's server")
+        } catch let e as PipelineError {
+            #expect(e.code == "server_unavailable", "\(e)")
+            #expect(e.message.contains("server '\(dead)'"), "\(e.message)")
+        }
+        #expect(ContinuousClock.now - start < .seconds(5))
+        // The same graph with the process's environment reaches the live server (a capture is stopped after 1 s).
+        _ = try await runGraph(yaml, timeout: .seconds(1))
+    }
+
     @Test("a busy device is reported as busy (memory backend: real cards are absent in CI)")
     func busyDevice() throws {
         let name = "busy-\(UUID().uuidString)"
