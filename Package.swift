@@ -45,10 +45,13 @@ let package = Package(
         // FFmpeg and ONNX Runtime are. The build needs their headers (libpulse-dev, libpocketsphinx-dev,
         // flite1-dev, libespeak-ng-dev); a run loads only what its graph uses (libpulse alone brought some thirty
         // libraries: dbus, systemd, X11, sndfile...), and names the missing library when a node needs it.
-        .target(name: "CPulse", path: "Sources/CPulse", linkerSettings: [.linkedLibrary("dl")]),
-        .target(name: "CPocketSphinx", path: "Sources/CPocketSphinx", linkerSettings: [.linkedLibrary("dl")]),
-        .target(name: "CFlite", path: "Sources/CFlite", linkerSettings: [.linkedLibrary("dl")]),
-        .target(name: "CEspeakNG", path: "Sources/CEspeakNG", linkerSettings: [.linkedLibrary("dl")]),
+        // Opening a library at first use, looking its functions up once, one problem text naming the file and
+        // the Debian package: shared by the lazily loaded shims below and CAVCodec.
+        .target(name: "CLibraryLoader", path: "Sources/CLibraryLoader", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CPulse", dependencies: ["CLibraryLoader"], path: "Sources/CPulse"),
+        .target(name: "CPocketSphinx", dependencies: ["CLibraryLoader"], path: "Sources/CPocketSphinx"),
+        .target(name: "CFlite", dependencies: ["CLibraryLoader"], path: "Sources/CFlite"),
+        .target(name: "CEspeakNG", dependencies: ["CLibraryLoader"], path: "Sources/CEspeakNG"),
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
         // whisper.cpp's C API, loaded at run time (dlopen): the build does not need the library.
@@ -60,7 +63,7 @@ let package = Package(
         // FFmpeg (libavcodec, libavformat, libswresample from Debian) behind a narrow C interface: AAC, audio files.
         // Loaded at first use (dlopen), as ONNX Runtime is: the build needs the headers, a run that reads no
         // compressed file and codes no AAC does not load FFmpeg and the hundred-odd libraries it brings.
-        .target(name: "CAVCodec", path: "Sources/CAVCodec", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CAVCodec", dependencies: ["CLibraryLoader"], path: "Sources/CAVCodec"),
         .target(
             name: "NATSClient",
             dependencies: [

@@ -1,12 +1,12 @@
 /* FFmpeg glue behind voicepipe_av.h: AAC-LC encode/decode and decoding of compressed audio files. */
 #include "voicepipe_av.h"
+#include "vp_library.h"
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/channel_layout.h>
 #include <libavutil/opt.h>
 #include <libswresample/swresample.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,71 +61,57 @@ static __typeof__(swr_convert) *p_swr_convert;
 static __typeof__(swr_free) *p_swr_free;
 static __typeof__(swr_init) *p_swr_init;
 
+/* Debian 12's packages of the libraries' versions voicepipe is built with. */
+#define VP_FFMPEG_PACKAGES "libavformat59 libavcodec59 libswresample4 libavutil57"
+
 static int ffmpeg_loaded;
 static char ffmpeg_problem[512];
 
-static void *open_library(const char *name) {
-    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!h && !ffmpeg_problem[0]) {
-        const char *why = dlerror();
-        snprintf(ffmpeg_problem, sizeof ffmpeg_problem,
-                 "FFmpeg's libraries could not be loaded (%s); install them (Debian 12: apt-get install libavformat59 libavcodec59 libswresample4 libavutil57)",
-                 why ? why : name);
-    }
-    return h;
-}
-
-#define VP_RESOLVE(handle, fn) \
-    if (ok && !(p_##fn = (__typeof__(p_##fn))dlsym(handle, #fn))) { \
-        snprintf(ffmpeg_problem, sizeof ffmpeg_problem, "FFmpeg's %s has no %s (a different FFmpeg version than the one voicepipe was built with?)", #handle, #fn); \
-        ok = 0; \
-    }
-
 static void load_ffmpeg(void) {
-    void *avutil = open_library("libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR));
-    void *swresample = avutil ? open_library("libswresample.so." VP_STR(LIBSWRESAMPLE_VERSION_MAJOR)) : NULL;
-    void *avcodec = swresample ? open_library("libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR)) : NULL;
-    void *avformat = avcodec ? open_library("libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR)) : NULL;
+    void *avutil = vp_library_open("FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), VP_FFMPEG_PACKAGES, ffmpeg_problem, sizeof ffmpeg_problem);
+    void *swresample = avutil ? vp_library_open("FFmpeg", "libswresample.so." VP_STR(LIBSWRESAMPLE_VERSION_MAJOR), VP_FFMPEG_PACKAGES, ffmpeg_problem, sizeof ffmpeg_problem) : NULL;
+    void *avcodec = swresample ? vp_library_open("FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), VP_FFMPEG_PACKAGES, ffmpeg_problem, sizeof ffmpeg_problem) : NULL;
+    void *avformat = avcodec ? vp_library_open("FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), VP_FFMPEG_PACKAGES, ffmpeg_problem, sizeof ffmpeg_problem) : NULL;
     int ok = avformat != NULL;
-    VP_RESOLVE(avutil, av_channel_layout_copy)
-    VP_RESOLVE(avutil, av_channel_layout_default)
-    VP_RESOLVE(avutil, av_frame_alloc)
-    VP_RESOLVE(avutil, av_frame_free)
-    VP_RESOLVE(avutil, av_frame_get_buffer)
-    VP_RESOLVE(avutil, av_frame_make_writable)
-    VP_RESOLVE(avutil, av_frame_unref)
-    VP_RESOLVE(avutil, av_free)
-    VP_RESOLVE(avutil, av_log_set_level)
-    VP_RESOLVE(avutil, av_mallocz)
-    VP_RESOLVE(avutil, av_realloc)
-    VP_RESOLVE(avutil, av_rescale_rnd)
-    VP_RESOLVE(avutil, av_strerror)
-    VP_RESOLVE(avcodec, av_new_packet)
-    VP_RESOLVE(avcodec, av_packet_alloc)
-    VP_RESOLVE(avcodec, av_packet_free)
-    VP_RESOLVE(avcodec, av_packet_unref)
-    VP_RESOLVE(avcodec, avcodec_alloc_context3)
-    VP_RESOLVE(avcodec, avcodec_find_decoder)
-    VP_RESOLVE(avcodec, avcodec_find_encoder_by_name)
-    VP_RESOLVE(avcodec, avcodec_flush_buffers)
-    VP_RESOLVE(avcodec, avcodec_free_context)
-    VP_RESOLVE(avcodec, avcodec_open2)
-    VP_RESOLVE(avcodec, avcodec_parameters_to_context)
-    VP_RESOLVE(avcodec, avcodec_receive_frame)
-    VP_RESOLVE(avcodec, avcodec_receive_packet)
-    VP_RESOLVE(avcodec, avcodec_send_frame)
-    VP_RESOLVE(avcodec, avcodec_send_packet)
-    VP_RESOLVE(avformat, av_find_best_stream)
-    VP_RESOLVE(avformat, av_read_frame)
-    VP_RESOLVE(avformat, av_seek_frame)
-    VP_RESOLVE(avformat, avformat_close_input)
-    VP_RESOLVE(avformat, avformat_find_stream_info)
-    VP_RESOLVE(avformat, avformat_open_input)
-    VP_RESOLVE(avformat, avformat_seek_file)
-    VP_RESOLVE(swresample, swr_alloc_set_opts2)
-    VP_RESOLVE(swresample, swr_convert)
-    VP_RESOLVE(swresample, swr_free)
-    VP_RESOLVE(swresample, swr_init)
+    VP_LIBRARY_RESOLVE(ok, avutil, av_channel_layout_copy, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_channel_layout_default, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_frame_alloc, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_frame_free, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_frame_get_buffer, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_frame_make_writable, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_frame_unref, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_free, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_log_set_level, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_mallocz, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_realloc, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_rescale_rnd, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avutil, av_strerror, "FFmpeg", "libavutil.so." VP_STR(LIBAVUTIL_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, av_new_packet, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, av_packet_alloc, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, av_packet_free, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, av_packet_unref, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_alloc_context3, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_find_decoder, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_find_encoder_by_name, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_flush_buffers, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_free_context, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_open2, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_parameters_to_context, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_receive_frame, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_receive_packet, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_send_frame, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avcodec, avcodec_send_packet, "FFmpeg", "libavcodec.so." VP_STR(LIBAVCODEC_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avformat, av_find_best_stream, "FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avformat, av_read_frame, "FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avformat, av_seek_frame, "FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avformat, avformat_close_input, "FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avformat, avformat_find_stream_info, "FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avformat, avformat_open_input, "FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, avformat, avformat_seek_file, "FFmpeg", "libavformat.so." VP_STR(LIBAVFORMAT_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, swresample, swr_alloc_set_opts2, "FFmpeg", "libswresample.so." VP_STR(LIBSWRESAMPLE_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, swresample, swr_convert, "FFmpeg", "libswresample.so." VP_STR(LIBSWRESAMPLE_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, swresample, swr_free, "FFmpeg", "libswresample.so." VP_STR(LIBSWRESAMPLE_VERSION_MAJOR), ffmpeg_problem);
+    VP_LIBRARY_RESOLVE(ok, swresample, swr_init, "FFmpeg", "libswresample.so." VP_STR(LIBSWRESAMPLE_VERSION_MAJOR), ffmpeg_problem);
     if (ok) {
         p_av_log_set_level(AV_LOG_FATAL);
         ffmpeg_loaded = 1;

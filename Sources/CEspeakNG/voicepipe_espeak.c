@@ -10,8 +10,8 @@
  * The definitions are hidden (VP_LOCAL): they serve voicepipe's own code only and stand in for the
  * library in no other shared library. */
 #include "voicepipe_espeak.h"
+#include "vp_library.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -35,28 +35,15 @@ static __typeof__(espeak_Synth) *p_espeak_Synth;
 static int espeak_loaded;
 static char espeak_problem[512];
 
-#define VP_RESOLVE(handle, fn) \
-    if (ok && !(p_##fn = (__typeof__(p_##fn))dlsym(handle, #fn))) { \
-        snprintf(espeak_problem, sizeof espeak_problem, \
-                 "eSpeak NG's %s has no %s (a different eSpeak NG than voicepipe was built with?)", VP_ESPEAK_SONAME, #fn); \
-        ok = 0; \
-    }
-
 static void load_espeak(void) {
-    void *h = dlopen(VP_ESPEAK_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        snprintf(espeak_problem, sizeof espeak_problem,
-                 "eSpeak NG's library %s could not be loaded (%s); install it (Debian: apt-get install %s espeak-ng-data)",
-                 VP_ESPEAK_SONAME, why ? why : "dlopen failed", VP_ESPEAK_PACKAGE);
-    }
+    void *h = vp_library_open("eSpeak NG", VP_ESPEAK_SONAME, VP_ESPEAK_PACKAGE " espeak-ng-data", espeak_problem, sizeof espeak_problem);
     int ok = h != NULL;
-    VP_RESOLVE(h, espeak_Initialize)
-    VP_RESOLVE(h, espeak_ListVoices)
-    VP_RESOLVE(h, espeak_SetParameter)
-    VP_RESOLVE(h, espeak_SetSynthCallback)
-    VP_RESOLVE(h, espeak_SetVoiceByName)
-    VP_RESOLVE(h, espeak_Synth)
+    VP_LIBRARY_RESOLVE(ok, h, espeak_Initialize, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
+    VP_LIBRARY_RESOLVE(ok, h, espeak_ListVoices, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
+    VP_LIBRARY_RESOLVE(ok, h, espeak_SetParameter, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
+    VP_LIBRARY_RESOLVE(ok, h, espeak_SetSynthCallback, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
+    VP_LIBRARY_RESOLVE(ok, h, espeak_SetVoiceByName, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
+    VP_LIBRARY_RESOLVE(ok, h, espeak_Synth, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
     espeak_loaded = ok;
 }
 
@@ -67,11 +54,7 @@ static int espeak_ready(void) {
     return espeak_loaded;
 }
 
-int vp_espeak_load(char *why, size_t size) {
-    if (espeak_ready()) return 1;
-    if (why && size) snprintf(why, size, "%s", espeak_problem);
-    return 0;
-}
+int vp_espeak_load(char *why, size_t size) { return vp_library_status(espeak_ready(), espeak_problem, why, size); }
 
 VP_LOCAL int espeak_Initialize(espeak_AUDIO_OUTPUT output, int buflength, const char *path, int options) {
     if (!espeak_ready()) return EE_INTERNAL_ERROR;

@@ -13,8 +13,8 @@
  * The definitions are hidden (VP_LOCAL): they serve voicepipe's own code only. Were they exported
  * from the executable, the voices' own calls into libflite would come through them. */
 #include "voicepipe_flite.h"
+#include "vp_library.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,29 +45,13 @@ static __typeof__(flite_text_to_wave) *p_flite_text_to_wave;
 static int flite_loaded;
 static char flite_problem[512];
 
-#define VP_RESOLVE(handle, soname, fn, problem) \
-    if (ok && !(p_##fn = (__typeof__(p_##fn))dlsym(handle, #fn))) { \
-        snprintf(problem, sizeof problem, "flite's %s has no %s (a different flite than voicepipe was built with?)", soname, #fn); \
-        ok = 0; \
-    }
-
-static void *open_library(const char *soname, char *problem, size_t size) {
-    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        snprintf(problem, size, "flite's library %s could not be loaded (%s); install it (Debian: apt-get install %s)",
-                 soname, why ? why : "dlopen failed", VP_FLITE_PACKAGE);
-    }
-    return h;
-}
-
 static void load_flite(void) {
-    void *flite = open_library(VP_FLITE_SONAME, flite_problem, sizeof flite_problem);
+    void *flite = vp_library_open("flite", VP_FLITE_SONAME, VP_FLITE_PACKAGE, flite_problem, sizeof flite_problem);
     int ok = flite != NULL;
-    VP_RESOLVE(flite, VP_FLITE_SONAME, delete_wave, flite_problem)
-    VP_RESOLVE(flite, VP_FLITE_SONAME, flite_feat_set_float, flite_problem)
-    VP_RESOLVE(flite, VP_FLITE_SONAME, flite_init, flite_problem)
-    VP_RESOLVE(flite, VP_FLITE_SONAME, flite_text_to_wave, flite_problem)
+    VP_LIBRARY_RESOLVE(ok, flite, delete_wave, "flite", VP_FLITE_SONAME, flite_problem);
+    VP_LIBRARY_RESOLVE(ok, flite, flite_feat_set_float, "flite", VP_FLITE_SONAME, flite_problem);
+    VP_LIBRARY_RESOLVE(ok, flite, flite_init, "flite", VP_FLITE_SONAME, flite_problem);
+    VP_LIBRARY_RESOLVE(ok, flite, flite_text_to_wave, "flite", VP_FLITE_SONAME, flite_problem);
     flite_loaded = ok;
 }
 
@@ -78,11 +62,7 @@ static int flite_ready(void) {
     return flite_loaded;
 }
 
-int vp_flite_load(char *why, size_t size) {
-    if (flite_ready()) return 1;
-    if (why && size) snprintf(why, size, "%s", flite_problem);
-    return 0;
-}
+int vp_flite_load(char *why, size_t size) { return vp_library_status(flite_ready(), flite_problem, why, size); }
 
 VP_LOCAL int flite_init(void) {
     if (!flite_ready()) return -1;
@@ -129,14 +109,9 @@ static void load_voice(struct voice_library *v) {
         snprintf(v->problem, sizeof v->problem, "%s", flite_problem);
         return;
     }
-    void *h = open_library(v->soname, v->problem, sizeof v->problem);
-    if (!h) return;
-    register_fn *reg = (register_fn *)dlsym(h, v->symbol);
-    if (!reg) {
-        snprintf(v->problem, sizeof v->problem, "flite's %s has no %s (not the voice voicepipe expects?)", v->soname, v->symbol);
-        return;
-    }
-    v->reg = reg;
+    void *h = vp_library_open("flite", v->soname, VP_FLITE_PACKAGE, v->problem, sizeof v->problem);
+    void *reg = NULL;
+    if (vp_library_resolve(h != NULL, h, v->symbol, &reg, "flite", v->soname, v->problem, sizeof v->problem)) v->reg = (register_fn *)reg;
 }
 
 /* pthread_once takes a function without arguments: one per voice. */

@@ -13,6 +13,7 @@
  * The definitions are hidden (VP_LOCAL): they serve voicepipe's own code only. Were they
  * exported from the executable, libpocketsphinx's own calls into sphinxbase would come through them. */
 #include "voicepipe_pocketsphinx.h"
+#include "vp_library.h"
 /* The library's own declarations, when the compiler finds them: pocketsphinx.h includes its neighbours
  * with angle brackets, so it needs -I/usr/include/pocketsphinx, which a C target cannot hand on to the
  * Swift code importing it (hence the declarations in voicepipe_pocketsphinx.h). Built with that flag, the
@@ -21,7 +22,6 @@
 #include <pocketsphinx.h>
 #endif
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -58,48 +58,30 @@ static __typeof__(ps_start_utt) *p_ps_start_utt;
 static int sphinx_loaded;
 static char sphinx_problem[512];
 
-static void *open_library(const char *soname, const char *package) {
-    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        snprintf(sphinx_problem, sizeof sphinx_problem,
-                 "PocketSphinx's library %s could not be loaded (%s); install it (Debian: apt-get install %s)",
-                 soname, why ? why : "dlopen failed", package);
-    }
-    return h;
-}
-
-#define VP_RESOLVE(handle, soname, fn) \
-    if (ok && !(p_##fn = (__typeof__(p_##fn))dlsym(handle, #fn))) { \
-        snprintf(sphinx_problem, sizeof sphinx_problem, \
-                 "%s has no %s (a different PocketSphinx than the 5prealpha voicepipe was built for?)", soname, #fn); \
-        ok = 0; \
-    }
-
 static void load_sphinx(void) {
     /* libpocketsphinx needs libsphinxbase (its DT_NEEDED), which the loader finds by itself; it is
      * opened first so that a missing one is reported under its own name, and to look its functions up
      * in it. Both handles name the same loaded copy of sphinxbase, whose log stream err_set_logfp sets. */
-    void *base = open_library(VP_SPHINXBASE_SONAME, "libsphinxbase3");
-    void *ps = base ? open_library(VP_POCKETSPHINX_SONAME, "libpocketsphinx3") : NULL;
+    void *base = vp_library_open("PocketSphinx", VP_SPHINXBASE_SONAME, "libsphinxbase3", sphinx_problem, sizeof sphinx_problem);
+    void *ps = base ? vp_library_open("PocketSphinx", VP_POCKETSPHINX_SONAME, "libpocketsphinx3", sphinx_problem, sizeof sphinx_problem) : NULL;
     int ok = ps != NULL;
-    VP_RESOLVE(base, VP_SPHINXBASE_SONAME, cmd_ln_free_r)
-    VP_RESOLVE(base, VP_SPHINXBASE_SONAME, cmd_ln_parse_r)
-    VP_RESOLVE(base, VP_SPHINXBASE_SONAME, err_get_logfp)
-    VP_RESOLVE(base, VP_SPHINXBASE_SONAME, err_set_logfp)
-    VP_RESOLVE(base, VP_SPHINXBASE_SONAME, logmath_exp)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_args)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_end_utt)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_free)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_get_hyp)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_get_logmath)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_init)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_nbest)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_nbest_free)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_nbest_hyp)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_nbest_next)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_process_raw)
-    VP_RESOLVE(ps, VP_POCKETSPHINX_SONAME, ps_start_utt)
+    VP_LIBRARY_RESOLVE(ok, base, cmd_ln_free_r, "PocketSphinx", VP_SPHINXBASE_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, base, cmd_ln_parse_r, "PocketSphinx", VP_SPHINXBASE_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, base, err_get_logfp, "PocketSphinx", VP_SPHINXBASE_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, base, err_set_logfp, "PocketSphinx", VP_SPHINXBASE_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, base, logmath_exp, "PocketSphinx", VP_SPHINXBASE_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_args, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_end_utt, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_free, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_get_hyp, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_get_logmath, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_init, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_nbest, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_nbest_free, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_nbest_hyp, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_nbest_next, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_process_raw, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
+    VP_LIBRARY_RESOLVE(ok, ps, ps_start_utt, "PocketSphinx", VP_POCKETSPHINX_SONAME, sphinx_problem);
     sphinx_loaded = ok;
 }
 
@@ -110,11 +92,7 @@ static int sphinx_ready(void) {
     return sphinx_loaded;
 }
 
-int vp_pocketsphinx_load(char *why, size_t size) {
-    if (sphinx_ready()) return 1;
-    if (why && size) snprintf(why, size, "%s", sphinx_problem);
-    return 0;
-}
+int vp_pocketsphinx_load(char *why, size_t size) { return vp_library_status(sphinx_ready(), sphinx_problem, why, size); }
 
 /* ---- sphinxbase ---- */
 

@@ -12,8 +12,8 @@
  * exported from the executable, they would stand in for the real functions inside every library
  * that calls them, such as ALSA's PulseAudio plugin. */
 #include "voicepipe_pulse.h"
+#include "vp_library.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -62,54 +62,36 @@ static __typeof__(pa_simple_write) *p_pa_simple_write;
 static int pulse_loaded;
 static char pulse_problem[512];
 
-static void *open_library(const char *soname) {
-    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        snprintf(pulse_problem, sizeof pulse_problem,
-                 "PulseAudio's client library %s could not be loaded (%s); install it (Debian: apt-get install %s)",
-                 soname, why ? why : "dlopen failed", VP_PULSE_PACKAGE);
-    }
-    return h;
-}
-
-#define VP_RESOLVE(handle, soname, fn) \
-    if (ok && !(p_##fn = (__typeof__(p_##fn))dlsym(handle, #fn))) { \
-        snprintf(pulse_problem, sizeof pulse_problem, \
-                 "PulseAudio's %s has no %s (older than the PulseAudio voicepipe was built with?)", soname, #fn); \
-        ok = 0; \
-    }
-
 static void load_pulse(void) {
     /* libpulse-simple needs libpulse (its DT_NEEDED), which the loader finds by itself; it is opened
      * first only so that a missing libpulse is reported under its own name. */
-    void *pulse = open_library(VP_PULSE_SONAME);
-    void *simple = pulse ? open_library(VP_PULSE_SIMPLE_SONAME) : NULL;
+    void *pulse = vp_library_open("PulseAudio", VP_PULSE_SONAME, VP_PULSE_PACKAGE, pulse_problem, sizeof pulse_problem);
+    void *simple = pulse ? vp_library_open("PulseAudio", VP_PULSE_SIMPLE_SONAME, VP_PULSE_PACKAGE, pulse_problem, sizeof pulse_problem) : NULL;
     int ok = simple != NULL;
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_connect)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_disconnect)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_errno)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_get_server_info)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_get_sink_info_list)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_get_source_info_list)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_get_state)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_new)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_context_unref)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_mainloop_dispatch)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_mainloop_free)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_mainloop_get_api)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_mainloop_new)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_mainloop_poll)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_mainloop_prepare)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_operation_unref)
-    VP_RESOLVE(pulse, VP_PULSE_SONAME, pa_strerror)
-    VP_RESOLVE(simple, VP_PULSE_SIMPLE_SONAME, pa_simple_drain)
-    VP_RESOLVE(simple, VP_PULSE_SIMPLE_SONAME, pa_simple_flush)
-    VP_RESOLVE(simple, VP_PULSE_SIMPLE_SONAME, pa_simple_free)
-    VP_RESOLVE(simple, VP_PULSE_SIMPLE_SONAME, pa_simple_get_latency)
-    VP_RESOLVE(simple, VP_PULSE_SIMPLE_SONAME, pa_simple_new)
-    VP_RESOLVE(simple, VP_PULSE_SIMPLE_SONAME, pa_simple_read)
-    VP_RESOLVE(simple, VP_PULSE_SIMPLE_SONAME, pa_simple_write)
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_connect, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_disconnect, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_errno, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_get_server_info, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_get_sink_info_list, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_get_source_info_list, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_get_state, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_new, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_context_unref, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_mainloop_dispatch, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_mainloop_free, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_mainloop_get_api, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_mainloop_new, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_mainloop_poll, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_mainloop_prepare, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_operation_unref, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, pulse, pa_strerror, "PulseAudio", VP_PULSE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, simple, pa_simple_drain, "PulseAudio", VP_PULSE_SIMPLE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, simple, pa_simple_flush, "PulseAudio", VP_PULSE_SIMPLE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, simple, pa_simple_free, "PulseAudio", VP_PULSE_SIMPLE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, simple, pa_simple_get_latency, "PulseAudio", VP_PULSE_SIMPLE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, simple, pa_simple_new, "PulseAudio", VP_PULSE_SIMPLE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, simple, pa_simple_read, "PulseAudio", VP_PULSE_SIMPLE_SONAME, pulse_problem);
+    VP_LIBRARY_RESOLVE(ok, simple, pa_simple_write, "PulseAudio", VP_PULSE_SIMPLE_SONAME, pulse_problem);
     pulse_loaded = ok;
 }
 
@@ -120,11 +102,7 @@ static int pulse_ready(void) {
     return pulse_loaded;
 }
 
-int vp_pulse_load(char *why, size_t size) {
-    if (pulse_ready()) return 1;
-    if (why && size) snprintf(why, size, "%s", pulse_problem);
-    return 0;
-}
+int vp_pulse_load(char *why, size_t size) { return vp_library_status(pulse_ready(), pulse_problem, why, size); }
 
 static void set_missing(int *error) {
     if (error) *error = VP_PULSE_MISSING;

@@ -208,7 +208,7 @@ struct HostileMediaTests {
                                                      "mount --bind /dev/null \(Self.avformat) && exec \"$0\" run \"$1\" --quiet",
                                                      voicepipeBinary, graph], environment: env).wait(timeout: 90)
             #expect(r.status == 1, "attempt \(attempt): exit \(r.status): \(r.stderr.suffix(600))")
-            #expect(r.stderr.contains("FFmpeg's libraries could not be loaded") && r.stderr.contains("apt-get install libavformat59"),
+            #expect(r.stderr.contains("FFmpeg's library libavformat.so.59 could not be loaded") && r.stderr.contains("apt-get install libavformat59"),
                     "attempt \(attempt): \(r.stderr.suffix(600))")
         }
     }
