@@ -6,21 +6,7 @@ extension TencentASRConfiguration {
     /// Resolves the engine's parameters, with credentials defaulting to `environment` (the node's
     /// ``NodeEnvironment/variables``). Throws `missing_credentials` naming what is missing (never a value).
     public init(parameters p: TencentASREngine.Configuration, environment: [String: String]) throws {
-        func credential(_ value: String?, _ variable: String) -> String? {
-            if let v = value, !v.isEmpty { return v }
-            if let v = environment[variable], !v.isEmpty { return v }
-            return nil
-        }
-        let app = credential(p.appID, "TENCENTCLOUD_APPID")
-        let sid = credential(p.secretID, "TENCENTCLOUD_SECRET_ID")
-        let skey = credential(p.secretKey, "TENCENTCLOUD_SECRET_KEY")
-        var missing: [String] = []
-        if app == nil { missing.append("app_id (or TENCENTCLOUD_APPID)") }
-        if sid == nil { missing.append("secret_id (or TENCENTCLOUD_SECRET_ID)") }
-        if skey == nil { missing.append("secret_key (or TENCENTCLOUD_SECRET_KEY)") }
-        guard let app, let sid, let skey else {
-            throw NodeError(.missingCredentials, "engine tencent needs " + missing.joined(separator: ", "))
-        }
+        let credentials = try TencentCredentials(appID: p.appID, secretID: p.secretID, secretKey: p.secretKey, environment: environment)
         let endpoint: TencentEndpoint
         if let e = p.endpoint, !e.isEmpty {
             guard let parsed = TencentEndpoint(e) else {
@@ -32,7 +18,7 @@ extension TencentASRConfiguration {
         }
         var reconnect = TencentReconnectPolicy()
         if let attempts = p.reconnectAttempts { reconnect.maxAttempts = max(1, attempts) }
-        self.init(appID: app, secretID: sid, secretKey: skey, endpoint: endpoint,
+        self.init(appID: credentials.appID, secretID: credentials.secretID, secretKey: credentials.secretKey, endpoint: endpoint,
                   engineModelType: p.model, extraParameters: (p.params ?? [:]).merging(p.serviceParameters) { $1 }, caFile: p.caFile,
                   reconnect: reconnect, maxHeldMs: p.holdMs ?? Self.defaultMaxHeldMs,
                   finalTimeout: .milliseconds(p.finalTimeoutMs ?? 15_000), handshakeTimeout: .milliseconds(p.handshakeTimeoutMs ?? 10_000))

@@ -49,21 +49,8 @@ public struct TencentSynthesizer: SpeechSynthesizer {
         /// Resolves the parameters; credentials fall back to `TENCENTCLOUD_APPID`,
         /// `TENCENTCLOUD_SECRET_ID` and `TENCENTCLOUD_SECRET_KEY` in `c.environment`.
         init(_ c: TTSNode.Configuration) throws {
-            func credential(_ value: String?, _ variable: String) -> String? {
-                if let v = value, !v.isEmpty { return v }
-                if let v = c.environment[variable], !v.isEmpty { return v }
-                return nil
-            }
-            let app = credential(c.appID, "TENCENTCLOUD_APPID")
-            let sid = credential(c.secretID, "TENCENTCLOUD_SECRET_ID")
-            let skey = credential(c.secretKey, "TENCENTCLOUD_SECRET_KEY")
-            var missing: [String] = []
-            if app == nil { missing.append("app_id (or TENCENTCLOUD_APPID)") }
-            if sid == nil { missing.append("secret_id (or TENCENTCLOUD_SECRET_ID)") }
-            if skey == nil { missing.append("secret_key (or TENCENTCLOUD_SECRET_KEY)") }
-            guard let app, let sid, let skey else {
-                throw NodeError(.missingCredentials, "engine tencent needs " + missing.joined(separator: ", "))
-            }
+            let credentials = try TencentCredentials(appID: c.appID, secretID: c.secretID, secretKey: c.secretKey, environment: c.environment)
+            let (app, sid, skey) = (credentials.appID, credentials.secretID, credentials.secretKey)
             guard app.allSatisfy(\.isASCII), Int(app) != nil else {
                 throw NodeError(.badAppId, "app_id must be the account's numeric AppId")
             }
