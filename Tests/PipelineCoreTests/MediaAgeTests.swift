@@ -15,6 +15,13 @@ struct MediaAgeTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await pipeline.run() }
             group.addTask {
+                // The scripted source stamps each frame as it sends it: time moves only once it has sent all
+                // five (at manual time 0), or a slow run (a sanitizer) would stamp some later and see them younger.
+                let settle = ContinuousClock.now + .seconds(5)
+                while ContinuousClock.now < settle,
+                      (pipeline.edgeStats.first { $0.label.hasPrefix("src.out") }?.sent ?? 0) < 5 {
+                    try await Task.sleep(for: .milliseconds(1))
+                }
                 while !Task.isCancelled {
                     if await clock.waitForSleepers(1, timeout: .milliseconds(50)) { clock.advance(by: .milliseconds(10)) }
                 }
