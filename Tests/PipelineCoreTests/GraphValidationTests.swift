@@ -86,6 +86,28 @@ struct GraphValidationTests {
         expectIssue(list, .unknownType, line: 4, column: 14, node: "b")
     }
 
+    @Test("a parameter repeated in one node is reported there and leaves the next node whole")
+    func repeatedParameter() {
+        let list = issues("""
+            nodes:
+              a:
+                type: scripted-source
+                type: scripted-source
+              b:
+                type: nonsense
+              c:
+                type: scripted-source
+              a: { type: scripted-source }
+            links: []
+            """)
+        let repeated = list.filter { $0.kind == .duplicateID }
+        #expect(repeated.map { "\($0.location.line):\($0.location.column)" }.sorted() == ["4:5", "9:3"])
+        expectIssue(list, .unknownType, line: 6, column: 11, node: "b")
+        // Node c keeps its type: the repeat in `a` renamed nothing outside `a`.
+        #expect(!list.contains { $0.node == "c" })
+        #expect(list.count == 3)
+    }
+
     @Test("links between incompatible kinds or formats are refused")
     func incompatible() {
         let list = issues("""

@@ -71,7 +71,8 @@ public enum GraphLoader {
                                           "graph text is \(substituted.utf8.count) bytes after ${VAR} substitution; the limit is \(maximumSize) bytes"))
             return spec
         }
-        guard let root = compose(substituted, file: file, issues: &spec.issues) else {
+        var repeated = Set<KeyPosition>()
+        guard let root = compose(substituted, file: file, issues: &spec.issues, repeated: &repeated) else {
             if spec.issues.isEmpty {
                 spec.issues.append(GraphIssue(.structure, at: SourceLocation(file: file, line: 0, column: 0),
                                               "the graph is empty (no YAML document); a graph is a mapping with `version: 1`, `nodes:` and `links:`"))
@@ -89,11 +90,12 @@ public enum GraphLoader {
             return spec
         }
         for (k, v) in top {
+            if let at = position(k), repeated.contains(at) { continue }
             switch k.string ?? "" {
             case "version":
                 if v.int != 1 { spec.issues.append(GraphIssue(.structure, at: loc(v, file), "unsupported version \(v.string ?? "?"); expected 1")) }
             case "name": spec.name = v.string ?? ""
-            case "nodes": parseNodes(v, file: file, into: &spec)
+            case "nodes": parseNodes(v, file: file, repeated: repeated, into: &spec)
             case "links": parseLinks(v, file: file, into: &spec)
             case "plugins": parsePlugins(v, file: file, into: &spec)
             case "latency_budget_ms":
@@ -160,37 +162,38 @@ public enum GraphLoader {
 
     // MARK: - YAML
 
-    static func compose(_ text: String, file: String, issues: inout [GraphIssue]) -> YNode? {
-        var text = text
-        for _ in 0..<20 {
+    /// Where a key sits in the graph text (1-based, as YAML marks count).
+    struct KeyPosition: Hashable {
+        var line: Int
+        var column: Int
+    }
+
+    /// Parses the graph text. YAML forbids a key twice in one mapping and the parser stops at the first
+    /// such mapping; so each later occurrence is reported as `duplicateID`, renamed in the text so that
+    /// parsing can go on, and its position added to `repeated`, which the readers below skip. The
+    /// renamed text is never read as a key: what is skipped is decided by position.
+    static func compose(_ text: String, file: String, issues: inout [GraphIssue], repeated: inout Set<KeyPosition>) -> YNode? {
+        var lines = text.components(separatedBy: "\n")
+        for _ in 0..<64 {
             do {
-                return try Yams.compose(yaml: text)
+                return try Yams.compose(yaml: lines.joined(separator: "\n"))
             } catch let YamlError.duplicatedKeysInMapping(duplicates, context) {
-                // Report each duplicate and rename its later occurrences so the rest can still be checked.
-                var renamed = false
-                for key in duplicates {
-                    let lines = text.components(separatedBy: "\n")
-                    var seen = 0
-                    var newLines = lines
-                    for (n, l) in lines.enumerated() {
-                        let trimmed = l.drop(while: { $0 == " " })
-                        if trimmed.hasPrefix(key + ":") || trimmed.hasPrefix("\"\(key)\":") {
-                            seen += 1
-                            if seen > 1 {
-                                let col = l.count - trimmed.count + 1
-                                issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: n + 1, column: col), node: key,
-                                                         "duplicate key '\(key)' (each node id and parameter may appear once)"))
-                                newLines[n] = String(repeating: " ", count: col - 1) + "\(key)__duplicate\(seen):" + trimmed.dropFirst(key.count + 1)
-                                renamed = true
-                            }
-                        }
-                    }
-                    text = newLines.joined(separator: "\n")
-                }
-                if !renamed {
+                let found = repeatedKeys(duplicates, near: context.mark, in: lines)
+                if found.isEmpty {
+                    // A flow mapping (`{a: 1, a: 2}`) or a quoted key: reported where the parser saw it.
                     issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: context.mark.line, column: context.mark.column),
-                                             "duplicate keys: \(duplicates.joined(separator: ", "))"))
+                                             "duplicate keys: \(duplicates.joined(separator: ", ")) (each node id and parameter may appear once)"))
                     return nil
+                }
+                for (key, at) in found {
+                    issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: at.line, column: at.column), node: key,
+                                             "duplicate key '\(key)' (each node id and parameter may appear once)"))
+                    let line = lines[at.line - 1]
+                    let indent = String(repeating: " ", count: at.column - 1)
+                    let rest = line.dropFirst(at.column - 1).drop { $0 != ":" }
+                    // A name no other key has: `key` with the occurrence's line, unique in one mapping.
+                    lines[at.line - 1] = indent + "\"\(key) (repeated at line \(at.line))\"" + rest
+                    repeated.insert(at)
                 }
             } catch let error as YamlError {
                 issues.append(yamlIssue(error, file: file))
@@ -201,6 +204,36 @@ public enum GraphLoader {
             }
         }
         return nil
+    }
+
+    /// The later occurrences of `keys` in the block mapping whose key column and one line `mark` gives:
+    /// the lines around it indented at least as far, keys exactly at that column.
+    static func repeatedKeys(_ keys: [String], near mark: Mark, in lines: [String]) -> [(String, KeyPosition)] {
+        let column = mark.column
+        guard mark.line >= 1, mark.line <= lines.count, column >= 1 else { return [] }
+        func indent(_ l: String) -> Int? {
+            let body = l.drop { $0 == " " }
+            if body.isEmpty || body.hasPrefix("#") { return nil }   // blank or comment: inside any block
+            return l.count - body.count
+        }
+        var first = mark.line - 1, last = mark.line - 1
+        while first > 0, indent(lines[first - 1]).map({ $0 >= column - 1 }) ?? true { first -= 1 }
+        while last + 1 < lines.count, indent(lines[last + 1]).map({ $0 >= column - 1 }) ?? true { last += 1 }
+        var found: [(String, KeyPosition)] = []
+        for key in keys {
+            var seen = 0
+            for n in first...last where indent(lines[n]) == column - 1 {
+                let body = lines[n].dropFirst(column - 1)
+                guard body.hasPrefix(key + ":") || body.hasPrefix("\"\(key)\":") || body.hasPrefix("'\(key)':") else { continue }
+                seen += 1
+                if seen > 1 { found.append((key, KeyPosition(line: n + 1, column: column))) }
+            }
+        }
+        return found
+    }
+
+    static func position(_ node: YNode) -> KeyPosition? {
+        node.mark.map { KeyPosition(line: $0.line, column: $0.column) }
     }
 
     static func yamlIssue(_ error: YamlError, file: String) -> GraphIssue {
@@ -268,7 +301,7 @@ public enum GraphLoader {
 
     // MARK: - Nodes
 
-    static func parseNodes(_ node: YNode, file: String, into spec: inout GraphSpec) {
+    static func parseNodes(_ node: YNode, file: String, repeated: Set<KeyPosition> = [], into spec: inout GraphSpec) {
         guard let m = node.mapping else {
             spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`nodes:` must be a mapping from node id to parameters"))
             return
@@ -278,7 +311,7 @@ public enum GraphLoader {
         }
         for (k, v) in m {
             let id = k.string ?? ""
-            if id.contains("__duplicate") { continue }
+            if let at = position(k), repeated.contains(at) { continue }
             let at = loc(k, file)
             if id.isEmpty || id.contains(where: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
                 spec.issues.append(GraphIssue(.structure, at: at, node: id, "node id may use letters, digits, '_' and '-' only"))
@@ -290,7 +323,7 @@ public enum GraphLoader {
             var ns = NodeSpec(id: id, type: "", location: at, typeLocation: at, params: [:], paramOrder: [], restart: nil)
             for (pk, pv) in params {
                 let key = pk.string ?? ""
-                if key.contains("__duplicate") { continue }
+                if let at = position(pk), repeated.contains(at) { continue }
                 switch key {
                 case "type":
                     ns.type = pv.string ?? ""
