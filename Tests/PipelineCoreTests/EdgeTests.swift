@@ -14,13 +14,17 @@ struct EdgeTests {
             for i in 0..<200 { await edge.send(frame(i)) }
             edge.producerFinished()
         }
-        // While nobody consumes, the producer must stop at the capacity.
-        try await Task.sleep(for: .milliseconds(100))
+        // While nobody consumes, the producer must stop at the capacity: four frames queued, the
+        // fifth held by the producer, which waits.
+        #expect(await eventually { edge.held == 5 }, "the producer waits at the capacity")
         #expect(edge.depth == 4)
         var got: [Int16] = []
         while let f = await edge.receive() {
             got.append(f.audio!.samples[0])
-            if got.count % 50 == 0 { try await Task.sleep(for: .milliseconds(5)) }
+            // A slow consumer: every 50 frames it stops until the producer waits on the full queue again.
+            if got.count % 50 == 0 && 200 - got.count >= 5 {
+                #expect(await eventually { edge.held == 5 }, "the producer waits again after \(got.count) frames")
+            }
         }
         await producer.value
         #expect(got == (0..<200).map { Int16($0) })
@@ -62,7 +66,7 @@ struct EdgeTests {
         let a = await edge.receive(), b = await edge.receive()
         #expect(a != nil && b != nil)
         let consumer = Task { await edge.receive() }
-        try? await Task.sleep(for: .milliseconds(50))
+        #expect(await eventually { edge.isConsumerWaiting })
         edge.producerFinished()
         #expect(await consumer.value == nil)
     }
@@ -72,7 +76,7 @@ struct EdgeTests {
         let edge = BoundedEdge(capacity: 1, overflow: .block)
         await edge.send(frame(0))
         let blocked = Task { await edge.send(frame(1)) }
-        try? await Task.sleep(for: .milliseconds(30))
+        #expect(await eventually { edge.held == 2 }, "the second producer waits")
         edge.consumerFinished()
         await blocked.value
         await edge.send(frame(2))
@@ -84,7 +88,7 @@ struct EdgeTests {
         let edge = BoundedEdge(capacity: 1, overflow: .block)
         await edge.send(frame(0))
         let blocked = Task { await edge.send(frame(1)) }
-        try? await Task.sleep(for: .milliseconds(30))
+        #expect(await eventually { edge.held == 2 }, "the second producer waits")
         blocked.cancel()
         await blocked.value
         edge.producerFinished()

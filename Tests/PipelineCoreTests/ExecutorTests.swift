@@ -67,6 +67,7 @@ struct ExecutorTests {
         }
         #expect(order == [1, 2, 0])
         let sleeper = Task { try await clock.sleep(for: .seconds(60)) }
+        // Time for the sleeper to reach the timer thread (the clock does not tell who sleeps).
         try await Task.sleep(for: .milliseconds(20))
         let cancelled = ContinuousClock.now
         sleeper.cancel()
@@ -76,16 +77,18 @@ struct ExecutorTests {
 
     @Test("a real-time node still sees cancellation: stop() ends an endless real-time source")
     func cancellationReachesRealtimeNodes() async throws {
+        let key = uniqueKey()
         let p = try Pipeline(yaml: """
             nodes:
               src:  { type: scripted-source, count: 100000000, delay_ms: 5, executor: realtime }
-              sink: { type: collect, key: \(uniqueKey()) }
+              sink: { type: collect, key: \(key) }
             links:
               - src -> sink
             """, registry: registry)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await p.run() }
-            try await Task.sleep(for: .milliseconds(200))
+            // The real-time source runs: its frames arrive.
+            #expect(await board.recorder(key).wait(for: 3))
             let before = ContinuousClock.now
             p.stop()
             try await group.next()

@@ -47,9 +47,8 @@ struct HandoffTests {
                 h.producerFinished()
             }
         }
-        // Nobody receives for a while: all eight wait (one element queued).
-        var waited = 0
-        while h.depth < 1 || waited < 20 { try? await Task.sleep(for: .milliseconds(5)); waited += 1 }
+        // Nobody receives: all eight wait (one element queued, one held by each waiting sender).
+        #expect(await eventually { h.held == 9 }, "all eight senders wait")
         for s in senders { s.cancel() }
         for s in senders { await s.value }
         var got = 0
@@ -59,7 +58,7 @@ struct HandoffTests {
 
         let idle = Handoff<Int>(capacity: 1, overflow: .suspend)
         let receiver = Task { await idle.receive() }
-        try? await Task.sleep(for: .milliseconds(20))
+        #expect(await eventually { idle.isReceiverWaiting })
         receiver.cancel()
         #expect(await receiver.value == nil)
     }

@@ -38,7 +38,7 @@ struct LifecycleTests {
             links: [ "src -> sink" ]
             """, registry: registry, environment: [:])
         async let run: Void = p.run()
-        while board.recorder(key).values.count < 5 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(await board.recorder(key).wait(for: 5))
         #expect(p.state == .running)
         p.stop()
         try await run
@@ -49,15 +49,17 @@ struct LifecycleTests {
 
     @Test("cancel(): finished(cancelled) at once, without waiting for a slow node to drain")
     func cancels() async throws {
+        let clock = ManualClock()
         let p = try Pipeline(yaml: """
             nodes:
               src: { type: scripted-source, count: 1000 }
               slow: { type: hold, hold_ms: 10000 }
               sink: { type: collect, key: \(uniqueKey()) }
             links: [ "src -> slow -> sink" ]
-            """, registry: registry, environment: [:])
+            """, registry: registry, environment: [:], clock: clock)
         async let run: Void = p.run()
-        while p.edgeStats[0].sent < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        // `slow` holds its first frame on the manual clock, which never moves here: only a cancel ends it.
+        #expect(await clock.waitForSleepers(1, timeout: .seconds(10)))
         let started = ContinuousClock.now
         p.cancel()
         try await run
@@ -87,7 +89,8 @@ struct LifecycleTests {
         // The watchdog joins `slow` among the sleepers; 29.9 s is not enough, 30 s is.
         _ = await clock.waitForSleepers(2)
         clock.advance(by: .milliseconds(29_900))
-        try await Task.sleep(for: .milliseconds(50))
+        // Nobody was due: `slow` and the watchdog still sleep.
+        #expect(clock.sleepers == 2)
         #expect(p.state == .draining)
         clock.advance(by: .milliseconds(100))
         try await run

@@ -99,10 +99,7 @@ struct RuntimeTests {
             """, registry: registry, environment: [:])
         async let run: Void = p.run()
         // Running: frames arrive (however busy the machine is), then the stop.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while board.recorder(key).values.count <= 10, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        await board.recorder(key).wait(for: 11, timeout: .seconds(10))
         #expect(board.recorder(key).values.count > 10)
         let stopped = ContinuousClock.now
         p.stop()

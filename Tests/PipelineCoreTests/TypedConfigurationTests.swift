@@ -251,7 +251,10 @@ struct AppSinkTests {
         var values: [Int16] = []
         for await f in sink.frames {
             values.append(f.audio?.samples.first ?? -1)
-            if values.count % 50 == 0 { try await Task.sleep(for: .milliseconds(20)) }   // a slow app: back-pressure, no loss
+            // A slow app: every 50 frames it stops until its full queue holds the graph back (back-pressure, no loss).
+            if values.count % 50 == 0 && 200 - values.count >= 4 {
+                #expect(await eventually { sink.stats.sent >= UInt64(values.count + 4) }, "the queue fills while the app waits")
+            }
         }
         try await done
         #expect(values == (0..<200).map { Int16($0) })

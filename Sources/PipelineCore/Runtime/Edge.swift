@@ -88,6 +88,10 @@ public final class BoundedEdge: Sendable {
 
     /// Frames currently queued.
     public var depth: Int { queue.depth }
+    /// Producers waiting for room now.
+    public var waitingProducers: Int { queue.waitingSenders }
+    /// True while the consumer waits for a frame.
+    public var isConsumerWaiting: Bool { queue.isReceiverWaiting }
 
     /// Offers a frame without ever waiting. Returns `false` only under `block` when the queue is full
     /// (the frame was not taken); drop policies always return `true` (counting any drop).

@@ -172,11 +172,14 @@ struct TencentASRUnitTests {
         }
         #expect(ContinuousClock.now - started < .seconds(10))
         // Cancelled before the upgrade: returns instead of waiting for ever.
+        let idle = SilentListener()
+        let idlePort = idle.port
         let task = Task {
-            try await BoundedWebSocket.connect(url: "ws://127.0.0.1:\(port)/", configuration: .init(), tlsConfiguration: nil,
+            try await BoundedWebSocket.connect(url: "ws://127.0.0.1:\(idlePort)/", configuration: .init(), tlsConfiguration: nil,
                                                handshakeTimeout: .seconds(600), logger: Logger(label: "test")) { _, _, _ in }
         }
-        try await Task.sleep(for: .milliseconds(300))
+        // The connection is made (it waits in the listener's backlog), the upgrade is not answered.
+        #expect(await eventually { idle.hasPendingConnection })
         task.cancel()
         let result = await task.result
         #expect((try? result.get()) == nil, "a cancelled connection attempt ends with an error")

@@ -151,7 +151,7 @@ struct AudioCLITests {
         let chirp = AudioSignals.chirp()
         let input = try AudioSignals.writeWAV(chirp, rate: 16000)
         async let recording = recordMonitor(device: sink.monitor, seconds: 5.5)
-        try await Task.sleep(for: .milliseconds(500))
+        try await Task.sleep(for: .milliseconds(500))   // pacat (a child process) starts recording the monitor first
         let r = try await voicepipe(["run", "pipelines/play.yaml", "--set", "spk.device=\(sink.name)"], environment: ["INPUT": input])
         #expect(r.status == 0, "stderr: \(r.stderr)")
         let recorded = try await recording

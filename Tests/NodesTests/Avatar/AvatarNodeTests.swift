@@ -208,10 +208,11 @@ struct AvatarNodeTests {
         let run = Task { try await IVHTest.run(pipeline) }
         #expect(await server.wait { server.connections == 1 && clock.sleepers >= 1 })
         let heartbeats: @Sendable () -> Int = { server.commands.filter { $0.command == "SEND_HEARTBEAT" }.count }
-        try await Task.sleep(for: .milliseconds(100))
         #expect(heartbeats() == 0)
+        let asleep = clock.sleepers
         clock.advance(by: .seconds(29))
-        try await Task.sleep(for: .milliseconds(100))
+        // Nobody was due at 29 s: the heartbeat timer still sleeps (counted once the channel has closed, below).
+        #expect(clock.sleepers == asleep)
         #expect(heartbeats() == 0)
         clock.advance(by: .seconds(1))
         #expect(await server.wait { heartbeats() == 1 })
@@ -221,6 +222,10 @@ struct AvatarNodeTests {
         #expect(await server.wait { heartbeats() == 2 })
         release.set()
         _ = try await run.value
+        // Once the channel has closed the server has read everything sent on it: two heartbeats, none
+        // before 30 s or in between.
+        #expect(await server.wait { server.openChannels == 0 })
+        #expect(heartbeats() == 2)
         #expect(server.closes(try #require(server.created.first)) == 1)
         await server.stop()
     }

@@ -113,6 +113,7 @@ struct DrivingGateTests {
         await gate.interrupted()
         let started = ContinuousClock.now
         async let packets = gate.audio([UInt8](repeating: 1, count: 640), endsUtterance: false)
+        // The gate waits on the wall clock (up to maxWait); speak_over comes 300 ms later.
         try? await Task.sleep(for: .milliseconds(300))
         await gate.observe(.speakStatus("speak_over", speechID: 1), details: [:])
         #expect(Self.summary(await packets) == ["1:640:false"])

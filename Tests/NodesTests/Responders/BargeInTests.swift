@@ -238,7 +238,7 @@ struct BargeInTests {
               - barge -> spk.interrupt
             """
         async let recording = recordMonitor(device: sink.monitor, seconds: 6)
-        try await Task.sleep(for: .milliseconds(500))
+        try await Task.sleep(for: .milliseconds(500))   // pacat (a child process) starts recording the monitor first
         let graph = try GraphValidator.validate(GraphLoader.parse(yaml, environment: [:]), registry: registry)
         let events = try await runPipeline(try Pipeline(graph: graph), timeout: .seconds(20))
         let recorded = try await recording

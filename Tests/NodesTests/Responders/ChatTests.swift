@@ -175,7 +175,9 @@ struct ChatTests {
             #expect(await h.output("events").wait(for: 2))
             h.send(.text("Two"))
             #expect(await server.wait { $0.count == 2 })
-            try await Task.sleep(for: .milliseconds(300))   // the answer has begun at the node
+            // The answer has begun at the node: nothing the node emits tells when its first bytes came
+            // (no sentence is complete yet), so this gives them time to arrive over the socket.
+            try await Task.sleep(for: .milliseconds(300))
             await h.clock.advance(by: .seconds(5), waitingFor: 1)
             #expect(await h.output("events").wait(for: 4))
             h.send(.text("Three"))
@@ -265,7 +267,8 @@ struct ChatTests {
             // Playback is cut after the first sentence; an event without text changes nothing.
             h.send(.event(Event("speech_start")), to: "interrupt")
             h.send(.event(Event("interrupted", fields: [("text", "A long answer.")])), to: "interrupt")
-            try await Task.sleep(for: .milliseconds(50))
+            let chat = try #require(h.node as? ChatNode)
+            #expect(await eventually { await chat.history.turns.last?.assistant == "A long answer." }, "the interrupt port was read")
             h.send(.text("Next"))
             #expect(await h.output("text").wait(for: 3))
         }

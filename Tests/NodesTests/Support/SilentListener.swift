@@ -21,5 +21,11 @@ final class SilentListener {
         port = Int(UInt16(bigEndian: addr.sin_port))
     }
 
+    /// True once a connection waits in the backlog (the listening socket is readable).
+    var hasPendingConnection: Bool {
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&p, 1, 0) == 1 && p.revents & Int16(POLLIN) != 0
+    }
+
     deinit { close(fd) }
 }

@@ -67,6 +67,10 @@ public final class Handoff<Element: Sendable>: Sendable {
     public var weight: Int { state.withLock { $0.weight } }
     /// True once the consumer has finished.
     public var isConsumerFinished: Bool { state.withLock { $0.consumerFinished } }
+    /// Senders waiting for room now.
+    public var waitingSenders: Int { state.withLock { $0.waitingSenders } }
+    /// True while the consumer waits for an element.
+    public var isReceiverWaiting: Bool { state.withLock { $0.receiverWaiting } }
 
     @inline(__always)
     private func run(_ effects: Machine.Effects) {
