@@ -61,7 +61,7 @@ public actor FileSourceNode: Node {
         let header: WAVHeader
         if let raw {
             guard let attrs = try? FileManager.default.attributesOfItem(atPath: path), let size = attrs[.size] as? UInt64 else {
-                throw NodeError(.fileNotFound, "\(path): no such file")
+                throw NodeError(.fileNotFound, noSuchFileMessage(path))
             }
             let frame = UInt64(raw.encoding.bytes * raw.format.channels)
             header = WAVHeader(format: raw.format, encoding: raw.encoding, dataOffset: 0, dataBytes: size - size % frame)
@@ -355,7 +355,7 @@ enum FileKind: Equatable {
         var st = stat()
         guard stat(path, &st) == 0 else {
             let e = errno
-            if e == ENOENT { throw NodeError(.fileNotFound, "\(path): no such file") }
+            if e == ENOENT { throw NodeError(.fileNotFound, noSuchFileMessage(path)) }
             throw NodeError(.fileUnreadable, "\(path): \(String(cString: strerror(e)))")
         }
         switch st.st_mode & S_IFMT {

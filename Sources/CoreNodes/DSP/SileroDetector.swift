@@ -14,18 +14,7 @@ enum SileroFiles {
     static let modelRelative = "share/silero-vad/silero_vad.onnx"
 
     /// Project-local prefixes to look in.
-    static var prefixes: [String] {
-        var roots = [FileManager.default.currentDirectoryPath]
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            var dir = (exe as NSString).deletingLastPathComponent
-            for _ in 0..<4 {
-                dir = (dir as NSString).deletingLastPathComponent
-                roots.append(dir)
-            }
-        }
-        var seen: Set<String> = []
-        return roots.map { $0 + "/.deps/onnx" }.filter { seen.insert($0).inserted }
-    }
+    static var prefixes: [String] { ProjectDependencies.prefixes("onnx") }
 
     /// The library file to load, or the bare name for the dynamic loader.
     static func library(_ variables: [String: String]) -> String {

@@ -128,9 +128,9 @@ public actor VADNode: Node {
             while index < actions.count {
                 let a = actions[index]
                 index += 1
-                if case .checkTurn = a, let judge, let turn {
+                if case .checkTurn(let end) = a, let judge, let turn {
                     let p = try judge.probability(turn.audio(since: turn.onset))
-                    context.logger.debug("vad: smart-turn probability \(p)")
+                    context.logger.debug("vad: smart-turn probability \(p) for the speech that ended at media_ms \(mediaMs(end))")
                     switch turnPolicy {
                     case .threshold:
                         actions.append(contentsOf: machine!.turnDecision(complete: p >= turnThreshold, probability: p))

@@ -74,7 +74,7 @@ public struct WAVHeader: Sendable, Hashable {
     public static func read(path: String) throws -> WAVHeader {
         guard let h = FileHandle(forReadingAtPath: path) else {
             throw NodeError(FileManager.default.fileExists(atPath: path) ? .fileUnreadable : .fileNotFound,
-                            FileManager.default.fileExists(atPath: path) ? "\(path): cannot open for reading (permissions?)" : "\(path): no such file")
+                            FileManager.default.fileExists(atPath: path) ? "\(path): cannot open for reading (permissions?)" : noSuchFileMessage(path))
         }
         defer { try? h.close() }
         let fileSize = (try? h.seekToEnd()) ?? 0

@@ -10,9 +10,7 @@ import Synchronization
 enum WakeFiles {
     static let libraryName = "libtensorflowlite_c.so"
 
-    static var prefixes: [String] {
-        SileroFiles.prefixes.map { ($0 as NSString).deletingLastPathComponent + "/wake" }
-    }
+    static var prefixes: [String] { ProjectDependencies.prefixes("wake") }
 
     static func library(_ variables: [String: String]) -> String {
         if let env = variables["VOICEPIPE_TFLITE"], !env.isEmpty { return env }

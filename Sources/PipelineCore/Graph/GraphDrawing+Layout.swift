@@ -1,5 +1,3 @@
-import PipelineCore
-
 extension GraphDrawing {
     /// Where a node sits in a left-to-right drawing, as `voicepipe graph` draws it (dot's `rankdir=LR`):
     /// `column` is the node's rank (the longest chain of links from a node nothing feeds), `row` its
