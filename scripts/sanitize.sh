@@ -11,18 +11,28 @@
 # UndefinedBehaviorSanitizer too (bench/sanitizer-flags.sh); Swift has no UBSan of its own: it traps on
 # overflow and out-of-bounds access in every build, which the fuzzers count as crashes.
 # A sanitizer report fails the run.
-#   scripts/sanitize.sh [--tsan-only | --fuzz-only] [--seconds N]
+# --build-only builds what steps 1-3 run and stops (CI builds them beside the tests; see .ci/run).
+#   scripts/sanitize.sh [--tsan-only | --fuzz-only | --build-only] [--seconds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tsan=1 fuzz=1 seconds=10
+tsan=1 fuzz=1 seconds=10 build_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tsan-only) fuzz=0; shift ;;
     --fuzz-only) tsan=0; shift ;;
+    --build-only) build_only=1; shift ;;
     --seconds) seconds="$2"; shift 2 ;;
     *) echo "scripts/sanitize.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [ $build_only = 1 ]; then
+  # shellcheck source=bench/sanitizer-flags.sh
+  source bench/sanitizer-flags.sh
+  swift build --package-path Sources/PipelineCore --scratch-path .build-tsan --sanitize thread --build-tests
+  swift build --scratch-path "$sanitizer_scratch" --product voicepipe-fuzz "${sanitizer_flags[@]}"
+  swift build --scratch-path "$sanitizer_scratch" --product voicepipe "${sanitizer_flags[@]}"
+  exit 0
+fi
 if [ $tsan = 1 ]; then
   echo "scripts/sanitize.sh: the runtime's tests under ThreadSanitizer"
   # halt_on_error: the first data race fails the run (a report is not a warning).
