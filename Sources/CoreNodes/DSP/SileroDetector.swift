@@ -73,11 +73,7 @@ public final class SileroDetector {
     static let window = 512
     static let context = 64
 
-    private let api: UnsafePointer<OrtApi>
-    private var env: OpaquePointer?
-    private var options: OpaquePointer?
-    private var session: OpaquePointer?
-    private var memory: OpaquePointer?
+    private let session: OnnxSession
     private let threshold: Float
     private var state = [Float](repeating: 0, count: 2 * 128)
     private var input = [Float](repeating: 0, count: SileroDetector.context + SileroDetector.window)
@@ -88,39 +84,11 @@ public final class SileroDetector {
 
     /// Loads the model (throws naming the missing library or model file).
     public init(modelPath: String, threshold: Double = 0.5, variables: [String: String] = [:]) throws {
-        api = try OnnxRuntime.api(variables)
         self.threshold = Float(threshold)
-        guard FileManager.default.isReadableFile(atPath: modelPath) else {
-            throw NodeError(.vadModelMissing, "silero VAD model \(modelPath) not found or not readable; run scripts/install-onnx.sh or set model")
-        }
-        do {
-            try check(api.pointee.CreateEnv(Int32(ORT_LOGGING_LEVEL_ERROR), "voicepipe-vad", &env))
-            try check(api.pointee.CreateSessionOptions(&options))
-            try check(api.pointee.SetIntraOpNumThreads(options, 1))
-            try check(api.pointee.SetInterOpNumThreads(options, 1))
-            try check(api.pointee.CreateSession(env, modelPath, options, &session))
-            try check(api.pointee.CreateCpuMemoryInfo(Int32(OrtArenaAllocator), Int32(OrtMemTypeDefault), &memory))
-        } catch let e as NodeError {
-            release()
-            throw NodeError(.vadModel, "cannot load the silero VAD model \(modelPath): \(e.message)")
-        }
-    }
-
-    deinit { release() }
-
-    private func release() {
-        if let memory { api.pointee.ReleaseMemoryInfo(memory) }
-        if let session { api.pointee.ReleaseSession(session) }
-        if let options { api.pointee.ReleaseSessionOptions(options) }
-        if let env { api.pointee.ReleaseEnv(env) }
-        memory = nil; session = nil; options = nil; env = nil
-    }
-
-    private func check(_ status: OpaquePointer?) throws {
-        guard let status else { return }
-        let message = api.pointee.GetErrorMessage(status).map { String(cString: $0) } ?? "unknown error"
-        api.pointee.ReleaseStatus(status)
-        throw NodeError(.onnxruntime, message)
+        session = try OnnxSession(modelPath: modelPath, inputs: ["input", "state", "sr"], outputs: ["output", "stateN"],
+                                  what: "silero VAD", variables: variables,
+                                  problems: .init(missing: .vadModelMissing, invalid: .vadModel,
+                                                  hint: "; run scripts/install-onnx.sh or set model"))
     }
 
     /// Feeds interleaved input audio whose first sample is input sample `position`; calls `decide`
@@ -138,55 +106,24 @@ public final class SileroDetector {
 
     /// Runs the model on `input` (context + window); keeps the state and the next context.
     private func probability() throws -> Float {
-        var inputShape: [Int64] = [1, Int64(Self.context + Self.window)]
-        var stateShape: [Int64] = [2, 1, 128]
         var sampleRate = Int64(Self.rate)
-        var values: [OpaquePointer?] = [nil, nil, nil]
-        var outputs: [OpaquePointer?] = [nil, nil]
-        defer { for v in values + outputs { if let v { api.pointee.ReleaseValue(v) } } }
         let float = Int32(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT), int64 = Int32(ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64)
-        let api = self.api, memory = self.memory, session = self.session
-        try input.withUnsafeMutableBytes { i in
-            try check(api.pointee.CreateTensorWithDataAsOrtValue(memory, i.baseAddress, i.count, &inputShape, 2, float, &values[0]))
+        let session = self.session
+        let probability: Float = try input.withUnsafeMutableBytes { i in
             try state.withUnsafeMutableBytes { s in
-                try check(api.pointee.CreateTensorWithDataAsOrtValue(memory, s.baseAddress, s.count, &stateShape, 3, float, &values[1]))
                 try withUnsafeMutableBytes(of: &sampleRate) { r in
-                    try check(api.pointee.CreateTensorWithDataAsOrtValue(memory, r.baseAddress, r.count, nil, 0, int64, &values[2]))
-                    try Self.names.withInputs { inNames in
-                        try Self.names.withOutputs { outNames in
-                            let ins = values
-                            try check(api.pointee.Run(session, nil, inNames, ins, 3, outNames, 2, &outputs))
-                        }
+                    let values = try session.tensors([(i, [1, Int64(Self.context + Self.window)], float),
+                                                      (s, [2, 1, 128], float), (r, [], int64)])
+                    return try session.run(values) { out in
+                        let next = out[1].assumingMemoryBound(to: Float.self)
+                        for k in 0..<(2 * 128) { s.storeBytes(of: next[k], toByteOffset: k * 4, as: Float.self) }
+                        return out[0].assumingMemoryBound(to: Float.self).pointee
                     }
                 }
             }
         }
-        var p: UnsafeMutableRawPointer?, s: UnsafeMutableRawPointer?
-        try check(api.pointee.GetTensorMutableData(outputs[0], &p))
-        try check(api.pointee.GetTensorMutableData(outputs[1], &s))
-        guard let p, let s else { throw NodeError(.onnxruntime, "the silero model returned no output") }
-        let probability = p.assumingMemoryBound(to: Float.self).pointee
-        let next = s.assumingMemoryBound(to: Float.self)
-        for k in 0..<state.count { state[k] = next[k] }
         // The next window's context: the last 64 samples of this one.
         for k in 0..<Self.context { input[k] = input[Self.window + k] }
         return probability
-    }
-
-    /// The model's tensor names as C strings, made once.
-    private static let names = TensorNames()
-
-    /// Immutable after creation and never freed (one per process).
-    final class TensorNames: @unchecked Sendable {
-        private let inputs: [UnsafeMutablePointer<CChar>] = ["input", "state", "sr"].map { (name: String) in strdup(name)! }
-        private let outputs: [UnsafeMutablePointer<CChar>] = ["output", "stateN"].map { (name: String) in strdup(name)! }
-        func withInputs<R>(_ body: (UnsafePointer<UnsafePointer<CChar>?>) throws -> R) rethrows -> R {
-            let p: [UnsafePointer<CChar>?] = inputs.map { UnsafePointer($0) }
-            return try p.withUnsafeBufferPointer { try body($0.baseAddress!) }
-        }
-        func withOutputs<R>(_ body: (UnsafePointer<UnsafePointer<CChar>?>) throws -> R) rethrows -> R {
-            let p: [UnsafePointer<CChar>?] = outputs.map { UnsafePointer($0) }
-            return try p.withUnsafeBufferPointer { try body($0.baseAddress!) }
-        }
     }
 }

@@ -2,8 +2,10 @@ import COnnxRuntime
 import Foundation
 import PipelineCore
 
-/// One ONNX model on the project's ONNX Runtime (loaded at run time, see ``OnnxRuntime``) with one
-/// float input and one float output, run on one thread.
+/// One ONNX model on the project's ONNX Runtime (loaded at run time, see ``OnnxRuntime``), run on one
+/// thread: the session set-up, tensors over caller-owned memory, and runs with named inputs and outputs.
+/// The Silero VAD (three inputs, two outputs, state carried between runs) and Smart Turn (one float
+/// input, one output: ``run(_:shape:count:)``) both run on it.
 ///
 /// Not thread-safe: one session belongs to one node.
 final class OnnxSession {
@@ -12,17 +14,24 @@ final class OnnxSession {
     private var options: OpaquePointer?
     private var session: OpaquePointer?
     private var memory: OpaquePointer?
-    private let inputName: UnsafeMutablePointer<CChar>
-    private let outputName: UnsafeMutablePointer<CChar>
+    private let inputNames: [UnsafeMutablePointer<CChar>]
+    private let outputNames: [UnsafeMutablePointer<CChar>]
 
-    /// Loads `modelPath`; `what` names the model in errors.
-    init(modelPath: String, input: String, output: String, what: String, variables: [String: String]) throws {
+    /// What a model that cannot be had is reported as: the codes, and a hint on what to do.
+    struct Problems {
+        var missing: NodeErrorCode = .modelMissing
+        var invalid: NodeErrorCode = .modelLoad
+        var hint = ""
+    }
+
+    /// Loads `modelPath` with the named inputs and outputs; `what` names the model in errors.
+    init(modelPath: String, inputs: [String], outputs: [String], what: String, variables: [String: String],
+         problems: Problems = Problems()) throws {
         api = try OnnxRuntime.api(variables)
-        inputName = strdup(input)
-        outputName = strdup(output)
+        inputNames = inputs.map { strdup($0)! }
+        outputNames = outputs.map { strdup($0)! }
         guard FileManager.default.isReadableFile(atPath: modelPath) else {
-            free(inputName); free(outputName)
-            throw NodeError(.modelMissing, "\(what) model \(modelPath) not found or not readable")
+            throw NodeError(problems.missing, "\(what) model \(modelPath) not found or not readable" + problems.hint)
         }
         do {
             try check(api.pointee.CreateEnv(Int32(ORT_LOGGING_LEVEL_ERROR), "voicepipe", &env))
@@ -34,14 +43,19 @@ final class OnnxSession {
             try check(api.pointee.CreateCpuMemoryInfo(Int32(OrtArenaAllocator), Int32(OrtMemTypeDefault), &memory))
         } catch let e as NodeError {
             release()
-            throw NodeError(.modelLoad, "cannot load the \(what) model \(modelPath): \(e.message)")
+            throw NodeError(problems.invalid, "cannot load the \(what) model \(modelPath): \(e.message)")
         }
+    }
+
+    /// A model with one float input and one float output.
+    convenience init(modelPath: String, input: String, output: String, what: String, variables: [String: String]) throws {
+        try self.init(modelPath: modelPath, inputs: [input], outputs: [output], what: what, variables: variables)
     }
 
     deinit {
         release()
-        free(inputName)
-        free(outputName)
+        inputNames.forEach { free($0) }
+        outputNames.forEach { free($0) }
     }
 
     private func release() {
@@ -59,29 +73,55 @@ final class OnnxSession {
         throw NodeError(.onnxruntime, message)
     }
 
-    /// Runs the model on `input` of `shape`; returns the first `count` values of the output.
-    func run(_ input: inout [Float], shape: [Int64], count: Int) throws -> [Float] {
+    /// A tensor over `bytes` (which must outlive the run that takes it), of `shape` (empty: a scalar).
+    func tensor(_ bytes: UnsafeMutableRawBufferPointer, shape: [Int64], type: Int32) throws -> OpaquePointer? {
         var shape = shape
         var value: OpaquePointer?
-        var output: OpaquePointer?
-        defer {
-            if let value { api.pointee.ReleaseValue(value) }
-            if let output { api.pointee.ReleaseValue(output) }
+        try shape.withUnsafeMutableBufferPointer { s in
+            try check(api.pointee.CreateTensorWithDataAsOrtValue(memory, bytes.baseAddress, bytes.count,
+                                                                  s.count == 0 ? nil : s.baseAddress, s.count, type, &value))
         }
-        let api = self.api, memory = self.memory, session = self.session
-        let inName: UnsafePointer<CChar>? = UnsafePointer(inputName)
-        let outName: UnsafePointer<CChar>? = UnsafePointer(outputName)
+        return value
+    }
+
+    /// Tensors for a run, in input order (all made, or none: those made are released on a failure).
+    func tensors(_ specs: [(bytes: UnsafeMutableRawBufferPointer, shape: [Int64], type: Int32)]) throws -> [OpaquePointer?] {
+        var values: [OpaquePointer?] = []
+        do {
+            for spec in specs { values.append(try tensor(spec.bytes, shape: spec.shape, type: spec.type)) }
+        } catch {
+            for v in values { if let v { api.pointee.ReleaseValue(v) } }
+            throw error
+        }
+        return values
+    }
+
+    /// Runs the model on `inputs` (one tensor per input name, in order, released here) and lets `body`
+    /// read each output's data while the outputs live.
+    func run<R>(_ inputs: [OpaquePointer?], _ body: ([UnsafeMutableRawPointer]) throws -> R) throws -> R {
+        var outputs = [OpaquePointer?](repeating: nil, count: outputNames.count)
+        defer { for v in inputs + outputs { if let v { api.pointee.ReleaseValue(v) } } }
+        let inNames: [UnsafePointer<CChar>?] = inputNames.map { UnsafePointer($0) }
+        let outNames: [UnsafePointer<CChar>?] = outputNames.map { UnsafePointer($0) }
+        try check(api.pointee.Run(session, nil, inNames, inputs, inputs.count, outNames, outNames.count, &outputs))
+        var data: [UnsafeMutableRawPointer] = []
+        for output in outputs {
+            var p: UnsafeMutableRawPointer?
+            try check(api.pointee.GetTensorMutableData(output, &p))
+            guard let p else { throw NodeError(.onnxruntime, "the model returned no output") }
+            data.append(p)
+        }
+        return try body(data)
+    }
+
+    /// Runs a one-input model on `input` of `shape`; returns the first `count` values of its output.
+    func run(_ input: inout [Float], shape: [Int64], count: Int) throws -> [Float] {
         try input.withUnsafeMutableBytes { i in
-            try check(api.pointee.CreateTensorWithDataAsOrtValue(memory, i.baseAddress, i.count, &shape, shape.count,
-                                                                  Int32(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT), &value))
-            var inNames = [inName], outNames = [outName]
-            let values: [OpaquePointer?] = [value]
-            try check(api.pointee.Run(session, nil, &inNames, values, 1, &outNames, 1, &output))
+            let value = try tensor(i, shape: shape, type: Int32(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT))
+            return try run([value]) { out in
+                let f = out[0].assumingMemoryBound(to: Float.self)
+                return (0..<count).map { f[$0] }
+            }
         }
-        var p: UnsafeMutableRawPointer?
-        try check(api.pointee.GetTensorMutableData(output, &p))
-        guard let p else { throw NodeError(.onnxruntime, "the model returned no output") }
-        let f = p.assumingMemoryBound(to: Float.self)
-        return (0..<count).map { f[$0] }
     }
 }

@@ -83,4 +83,18 @@ struct SileroVADTests {
         let yaml = "version: 1\nname: v\nnodes:\n  src: { type: tone-source, duration_ms: 100 }\n  vad: { type: vad, engine: silero, model: /nonexistent/silero.onnx }\n  out: { type: null-sink }\nlinks:\n  - src -> vad -> out\n"
         #expect { _ = try Pipeline(yaml: yaml, registry: BuiltinNodes.registry()) } throws: { "\($0)".contains("/nonexistent/silero.onnx") }
     }
+
+    @Test func aFileThatIsNotAModelIsNamedWithONNXRuntimesReason() throws {
+        _ = try Self.model()   // ONNX Runtime is there
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-model-\(getpid()).onnx").path
+        try Data("not an ONNX model".utf8).write(to: URL(fileURLWithPath: path))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect { _ = try SileroDetector(modelPath: path) } throws: { error in
+            guard let e = error as? NodeError else { return false }
+            return e.code == .vadModel && e.message.contains("cannot load the silero VAD model \(path)") && e.message.count > path.count + 40
+        }
+        #expect { _ = try SileroDetector(modelPath: path + ".missing") } throws: { error in
+            (error as? NodeError)?.code == .vadModelMissing && "\(error)".contains("scripts/install-onnx.sh")
+        }
+    }
 }
