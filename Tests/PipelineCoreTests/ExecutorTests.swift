@@ -67,8 +67,7 @@ struct ExecutorTests {
         }
         #expect(order == [1, 2, 0])
         let sleeper = Task { try await clock.sleep(for: .seconds(60)) }
-        // Time for the sleeper to reach the timer thread (the clock does not tell who sleeps).
-        try await Task.sleep(for: .milliseconds(20))
+        #expect(await eventually { clock.sleepers == 1 })
         let cancelled = ContinuousClock.now
         sleeper.cancel()
         await #expect(throws: CancellationError.self) { try await sleeper.value }

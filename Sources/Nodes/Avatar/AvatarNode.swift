@@ -132,7 +132,7 @@ public actor AvatarNode: Node {
     /// Opens the command channel and feeds it until the inputs end and what was queued is sent.
     private func drive(_ session: IVHSession, client: IVHClient, context: NodeContext) async throws {
         let s = settings
-        let gate = DrivingGate(packetBytes: s.packetBytes)
+        let gate = DrivingGate(packetBytes: s.packetBytes, clock: context.clock)
         let observer = IVHChannelObserver(
             push: { push, raw in
                 await gate.observe(push, details: IVHPush.details(raw))

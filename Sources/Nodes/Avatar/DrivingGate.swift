@@ -21,9 +21,13 @@ actor DrivingGate {
     /// Packets not sent because the service had muted the microphone.
     private(set) var mutedPackets = 0
 
-    init(packetBytes: Int, maxWait: Duration = .seconds(3)) {
+    /// The clock the wait for `speak_over` runs on (the node's).
+    private let clock: any Clock<Duration>
+
+    init(packetBytes: Int, maxWait: Duration = .seconds(3), clock: any Clock<Duration> = ContinuousClock()) {
         packetizer = AudioPacketizer(packetBytes: packetBytes)
         self.maxWait = maxWait
+        self.clock = clock
     }
 
     static let overStatuses: Set<String> = ["speak_over", "TextOver", "AudioOver", "SentenceOver"]
@@ -55,10 +59,7 @@ actor DrivingGate {
 
     /// The packets to send for `bytes` of microphone audio (none while muted).
     func audio(_ bytes: [UInt8], endsUtterance: Bool) async -> [IVHCommand] {
-        let started = ContinuousClock.now
-        while awaitingSpeakOver, ContinuousClock.now - started < maxWait {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        if awaitingSpeakOver { await waitForSpeakOver(on: clock) }
         awaitingSpeakOver = false
         if muted {
             // Held back: only the end of an open turn still goes out.
@@ -67,6 +68,16 @@ actor DrivingGate {
             return out
         }
         return packetizer.push(bytes, endsUtterance: endsUtterance)
+    }
+
+    /// Waits until `speak_over` arrives (``observe(_:details:)`` clears the flag), `maxWait` passes on
+    /// `clock`, or the task is cancelled; looks every 10 ms.
+    private func waitForSpeakOver<C: Clock>(on clock: C) async where C.Duration == Duration {
+        let deadline = clock.now.advanced(by: maxWait)
+        while awaitingSpeakOver, clock.now < deadline {
+            let next = clock.now.advanced(by: .milliseconds(10))
+            do { try await clock.sleep(until: next < deadline ? next : deadline, tolerance: nil) } catch { return }
+        }
     }
 
     /// Ends the open audio turn (before a text, or at the end of the input).

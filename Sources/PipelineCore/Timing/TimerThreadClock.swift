@@ -18,6 +18,9 @@ public struct TimerThreadClock: Clock, Sendable {
     public func sleep(until deadline: Instant, tolerance: Swift.Duration? = nil) async throws {
         try await TimerThread.shared.sleep(until: deadline)
     }
+
+    /// Tasks sleeping on the timer thread now (every `TimerThreadClock` shares it).
+    public var sleepers: Int { TimerThread.shared.count }
 }
 
 /// The thread behind ``TimerThreadClock``: keeps sleepers ordered by deadline and resumes each at
@@ -77,6 +80,13 @@ final class TimerThread: @unchecked Sendable {
         sleepers[id] = Sleeper(deadline: deadline, continuation: c)
         condition.signal()
         condition.unlock()
+    }
+
+    /// Sleepers waiting now.
+    var count: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return sleepers.count
     }
 
     private func remove(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {

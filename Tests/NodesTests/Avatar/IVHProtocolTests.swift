@@ -3,6 +3,7 @@ import Testing
 @testable import CoreNodes
 @testable import DigitalHuman
 @testable import Nodes
+import VoicepipeTesting
 
 @Suite("IVH protocol: signature, packets, pushes, error codes")
 struct IVHProtocolTests {
@@ -108,16 +109,36 @@ struct DrivingGateTests {
     }
 
     @Test func audioWaitsForSpeakOverAfterAnInterrupt() async {
-        let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(5))
+        let clock = ManualClock()
+        let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(5), clock: clock)
         await gate.observe(.speakStatus("speak_start", speechID: 1), details: [:])
         await gate.interrupted()
-        let started = ContinuousClock.now
         async let packets = gate.audio([UInt8](repeating: 1, count: 640), endsUtterance: false)
-        // The gate waits on the wall clock (up to maxWait); speak_over comes 300 ms later.
-        try? await Task.sleep(for: .milliseconds(300))
+        // The audio waits on the node's clock; 300 ms pass and it still waits.
+        #expect(await clock.waitForSleepers(1))
+        for _ in 0..<30 { await clock.advance(by: .milliseconds(10), waitingFor: 1) }
+        #expect(await clock.waitForSleepers(1), "audio left before speak_over")
         await gate.observe(.speakStatus("speak_over", speechID: 1), details: [:])
+        clock.advance(by: .milliseconds(10))
         #expect(Self.summary(await packets) == ["1:640:false"])
-        #expect(ContinuousClock.now - started >= .milliseconds(300), "audio left only after speak_over")
+        #expect(clock.now.offset < .seconds(5), "audio left at speak_over, not at the time limit")
+    }
+
+    @Test func withoutSpeakOverAudioLeavesAtTheTimeLimit() async {
+        let clock = ManualClock()
+        let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(3), clock: clock)
+        await gate.observe(.speakStatus("speak_start", speechID: 1), details: [:])
+        await gate.interrupted()
+        async let packets = gate.audio([UInt8](repeating: 1, count: 640), endsUtterance: false)
+        var waited = Duration.zero
+        while waited < .seconds(3) {
+            #expect(await clock.waitForSleepers(1), "audio left after \(waited), before the time limit")
+            clock.advance(by: .milliseconds(10))
+            waited += .milliseconds(10)
+        }
+        #expect(Self.summary(await packets) == ["1:640:false"])
+        // The next audio does not wait again.
+        #expect(Self.summary(await gate.audio([UInt8](repeating: 2, count: 640), endsUtterance: false)) == ["2:640:false"])
     }
 
     @Test func anInterruptWhileSilentDoesNotHoldAudio() async {
