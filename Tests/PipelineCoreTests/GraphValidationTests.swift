@@ -101,11 +101,26 @@ struct GraphValidationTests {
             links: []
             """)
         let repeated = list.filter { $0.kind == .duplicateID }
-        #expect(repeated.map { "\($0.location.line):\($0.location.column)" }.sorted() == ["4:5", "9:3"])
+        #expect(repeated.map { "\($0.location.line):\($0.location.column) \($0.node ?? "-")" }.sorted() == ["4:5 a", "9:3 a"])
         expectIssue(list, .unknownType, line: 6, column: 11, node: "b")
         // Node c keeps its type: the repeat in `a` renamed nothing outside `a`.
         #expect(!list.contains { $0.node == "c" })
         #expect(list.count == 3)
+    }
+
+    @Test("a parameter repeated in a one-line node is reported at the repeat, and the rest is still checked")
+    func repeatedFlowParameter() {
+        let list = issues("""
+            nodes:
+              a: { type: scripted-source, count: 2, count: 3, count: 4, bogus: 1 }
+              b: { type: nonsense }
+            links: []
+            """)
+        let repeated = list.filter { $0.kind == .duplicateID }
+        #expect(repeated.map { "\($0.location.line):\($0.location.column) \($0.node ?? "-")" } == ["2:41 a", "2:51 a"])
+        // Positions after the repeats on the same line are still those of the file.
+        expectIssue(list, .unknownParameter, line: 2, column: 61, node: "a")
+        expectIssue(list, .unknownType, line: 3, column: 14, node: "b")
     }
 
     @Test("links between incompatible kinds or formats are refused")

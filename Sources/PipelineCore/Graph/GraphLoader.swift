@@ -96,7 +96,7 @@ public enum GraphLoader {
                 if v.int != 1 { spec.issues.append(GraphIssue(.structure, at: loc(v, file), "unsupported version \(v.string ?? "?"); expected 1")) }
             case "name": spec.name = v.string ?? ""
             case "nodes": parseNodes(v, file: file, repeated: repeated, into: &spec)
-            case "links": parseLinks(v, file: file, into: &spec)
+            case "links": parseLinks(v, file: file, repeated: repeated, into: &spec)
             case "plugins": parsePlugins(v, file: file, into: &spec)
             case "latency_budget_ms":
                 if let ms = v.int, (1...600_000).contains(ms) { spec.latencyBudgetMs = ms } else {
@@ -174,25 +174,31 @@ public enum GraphLoader {
     /// renamed text is never read as a key: what is skipped is decided by position.
     static func compose(_ text: String, file: String, issues: inout [GraphIssue], repeated: inout Set<KeyPosition>) -> YNode? {
         var lines = text.components(separatedBy: "\n")
+        var renamed = 0
         for _ in 0..<64 {
             do {
                 return try Yams.compose(yaml: lines.joined(separator: "\n"))
             } catch let YamlError.duplicatedKeysInMapping(duplicates, context) {
                 let found = repeatedKeys(duplicates, near: context.mark, in: lines)
                 if found.isEmpty {
-                    // A flow mapping (`{a: 1, a: 2}`) or a quoted key: reported where the parser saw it.
+                    // A key the text search cannot place (quoted oddly, or across lines of a flow mapping):
+                    // reported where the parser saw it, and the rest cannot be read.
                     issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: context.mark.line, column: context.mark.column),
                                              "duplicate keys: \(duplicates.joined(separator: ", ")) (each node id and parameter may appear once)"))
                     return nil
                 }
-                for (key, at) in found {
-                    issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: at.line, column: at.column), node: key,
-                                             "duplicate key '\(key)' (each node id and parameter may appear once)"))
+                for r in found.sorted(by: { ($0.at.line, $0.at.column) < ($1.at.line, $1.at.column) }) {
+                    issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: r.at.line, column: r.at.column), node: r.node,
+                                             "duplicate key '\(r.key)' (each node id and parameter may appear once)"))
+                }
+                for r in found {
+                    let at = r.at
                     let line = lines[at.line - 1]
-                    let indent = String(repeating: " ", count: at.column - 1)
-                    let rest = line.dropFirst(at.column - 1).drop { $0 != ":" }
-                    // A name no other key has: `key` with the occurrence's line, unique in one mapping.
-                    lines[at.line - 1] = indent + "\"\(key) (repeated at line \(at.line))\"" + rest
+                    let before = line.prefix(at.column - 1)
+                    let rest = line.dropFirst(at.column - 1 + r.length)
+                    // A name no key has, as long as the key, so that every position in the text stays put.
+                    lines[at.line - 1] = before + placeholder(renamed, width: r.length) + rest
+                    renamed += 1
                     repeated.insert(at)
                 }
             } catch let error as YamlError {
@@ -206,30 +212,107 @@ public enum GraphLoader {
         return nil
     }
 
-    /// The later occurrences of `keys` in the block mapping whose key column and one line `mark` gives:
-    /// the lines around it indented at least as far, keys exactly at that column.
-    static func repeatedKeys(_ keys: [String], near mark: Mark, in lines: [String]) -> [(String, KeyPosition)] {
+    /// The `index`-th stand-in for a repeated key: `width` characters (more only past 26^width stand-ins)
+    /// from the circled letters ⓐ-ⓩ, which no graph's keys use.
+    static func placeholder(_ index: Int, width: Int) -> String {
+        var digits: [Character] = []
+        var k = index
+        repeat {
+            digits.append(Character(Unicode.Scalar(0x24D0 + UInt32(k % 26))!))
+            k /= 26
+        } while k > 0
+        while digits.count < width { digits.append("ⓐ") }
+        return String(digits.reversed())
+    }
+
+    /// A repeated key: where it is, and the node it belongs to (the node id itself when node ids repeat).
+    struct RepeatedKey {
+        var key: String
+        var at: KeyPosition
+        /// Characters the key takes in the text (with its quotes, if quoted).
+        var length: Int
+        var node: String?
+    }
+
+    /// The later occurrences of `keys` in the mapping the parser named by one key's position (`mark`):
+    /// a block mapping (the lines around it indented at least as far, keys exactly at that column), or a
+    /// flow mapping on one line (`{ a: 1, a: 2 }`: keys after a brace, a comma or a space).
+    static func repeatedKeys(_ keys: [String], near mark: Mark, in lines: [String]) -> [RepeatedKey] {
         let column = mark.column
         guard mark.line >= 1, mark.line <= lines.count, column >= 1 else { return [] }
-        func indent(_ l: String) -> Int? {
-            let body = l.drop { $0 == " " }
-            if body.isEmpty || body.hasPrefix("#") { return nil }   // blank or comment: inside any block
-            return l.count - body.count
-        }
         var first = mark.line - 1, last = mark.line - 1
         while first > 0, indent(lines[first - 1]).map({ $0 >= column - 1 }) ?? true { first -= 1 }
         while last + 1 < lines.count, indent(lines[last + 1]).map({ $0 >= column - 1 }) ?? true { last += 1 }
-        var found: [(String, KeyPosition)] = []
+        var found: [RepeatedKey] = []
+        // Block style: the mapping's owner is the line above it indented less.
+        let owner = parentLine(of: first, indent: column - 1, in: lines)
         for key in keys {
             var seen = 0
             for n in first...last where indent(lines[n]) == column - 1 {
                 let body = lines[n].dropFirst(column - 1)
                 guard body.hasPrefix(key + ":") || body.hasPrefix("\"\(key)\":") || body.hasPrefix("'\(key)':") else { continue }
                 seen += 1
-                if seen > 1 { found.append((key, KeyPosition(line: n + 1, column: column))) }
+                guard seen > 1 else { continue }
+                let quotes = body.hasPrefix(key + ":") ? 0 : 2
+                var node: String?
+                if let owner, isNodesKey(owner, in: lines) { node = key }
+                else if let owner, let up = parentLine(of: owner, indent: indent(lines[owner]) ?? 0, in: lines), isNodesKey(up, in: lines) {
+                    node = leadingKey(lines[owner])
+                }
+                found.append(RepeatedKey(key: key, at: KeyPosition(line: n + 1, column: column), length: key.count + quotes, node: node))
+            }
+        }
+        if !found.isEmpty { return found }
+        // Flow style on the mark's line: the first occurrence is at the mark; later ones follow it.
+        let line = Array(lines[mark.line - 1])
+        let up = parentLine(of: mark.line - 1, indent: indent(lines[mark.line - 1]) ?? 0, in: lines)
+        let node = up.map { isNodesKey($0, in: lines) } == true ? leadingKey(lines[mark.line - 1]) : nil
+        for key in keys {
+            let k = Array(key + ":")
+            var seen = 0
+            var c = max(0, column - 1)
+            while c + k.count <= line.count {
+                let boundary = c == 0 || "{, ".contains(line[c - 1])
+                if boundary && Array(line[c..<(c + k.count)]) == k {
+                    seen += 1
+                    if seen > 1 { found.append(RepeatedKey(key: key, at: KeyPosition(line: mark.line, column: c + 1), length: key.count, node: node)) }
+                    c += k.count
+                } else {
+                    c += 1
+                }
             }
         }
         return found
+    }
+
+    /// Indentation of a line; nil for a blank or comment line (inside any block).
+    static func indent(_ l: String) -> Int? {
+        let body = l.drop { $0 == " " }
+        if body.isEmpty || body.hasPrefix("#") { return nil }
+        return l.count - body.count
+    }
+
+    /// The nearest line above `line` (0-based) indented less than `indent`.
+    static func parentLine(of line: Int, indent limit: Int, in lines: [String]) -> Int? {
+        var n = line - 1
+        while n >= 0 {
+            if let i = indent(lines[n]), i < limit { return n }
+            n -= 1
+        }
+        return nil
+    }
+
+    /// The key a line starts with (`  src: { ... }` gives `src`).
+    static func leadingKey(_ l: String) -> String? {
+        let body = l.drop { $0 == " " || $0 == "-" }
+        guard let colon = body.firstIndex(of: ":") else { return nil }
+        let key = body[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "\"' "))
+        return key.isEmpty ? nil : key
+    }
+
+    /// True when line `n` is the top-level `nodes:` key.
+    static func isNodesKey(_ n: Int, in lines: [String]) -> Bool {
+        indent(lines[n]) == 0 && leadingKey(lines[n]) == "nodes"
     }
 
     static func position(_ node: YNode) -> KeyPosition? {
@@ -375,7 +458,7 @@ public enum GraphLoader {
 
     // MARK: - Links
 
-    static func parseLinks(_ node: YNode, file: String, into spec: inout GraphSpec) {
+    static func parseLinks(_ node: YNode, file: String, repeated: Set<KeyPosition> = [], into spec: inout GraphSpec) {
         guard let seq = node.sequence else {
             spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`links:` must be a list"))
             return
@@ -400,6 +483,7 @@ public enum GraphLoader {
             } else if let m = item.mapping {
                 var link = LinkSpec(from: Endpoint(node: ""), to: Endpoint(node: ""), capacity: nil, overflow: nil, location: at)
                 for (k, v) in m {
+                    if let at = position(k), repeated.contains(at) { continue }
                     switch k.string ?? "" {
                     case "from": link.from = Endpoint(parsing: v.string ?? "")
                     case "to": link.to = Endpoint(parsing: v.string ?? "")
