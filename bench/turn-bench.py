@@ -4,11 +4,15 @@ and 600, on the same audio in one run (one graph, the VADs side by side on one f
 
     bench/turn-bench.py [--voicepipe .build/debug/voicepipe] [--out bench/results/turn.md]
 
-Material: sentences read by people (the LibriVox recordings of Debian's pocketsphinx-testdata) and
-synthesized (flite voices slt, rms, awb; espeak-ng en-us). Each sentence appears twice: whole
-("complete"), and with a pause of 300, 500, 700 or 900 ms (in turn) inserted at the word gap nearest
-its middle ("paused": the first half is an unfinished sentence). Items are separated by 4 s of
-silence; a quiet pink noise floor (50 dB below the speech) runs under the whole file.
+Material (`--material`, any of):
+- people: the LibriVox sentences of Debian's pocketsphinx-testdata (5);
+- prompts: Asterisk's English prompts, recorded by one speaker (Debian's asterisk-core-sounds-en-wav,
+  8 kHz, resampled by sox): the 91 that are one sentence of 7 words or more and at most 8 s long;
+- flite (voices slt, rms, awb) and espeak-ng (en-us), synthesized from 8 sentences.
+"people" and "prompts" together are the recordings. Each sentence appears twice: whole ("complete"), and
+with a pause of 300, 500, 700 or 900 ms (in turn) inserted at the quiet 10 ms nearest its middle ("paused").
+Items are separated by 4 s of silence; a quiet pink noise floor (50 dB below the speech) runs under the
+whole file.
 
 Metrics per detector: false cut-offs (a paused item whose turn ended inside the pause) and the mean
 end-of-turn delay (from the true end of speech to the moment the detector decided the turn was
@@ -28,12 +32,11 @@ PAUSES = [300, 500, 700, 900]
 DETECTORS = {
     "vad350": "{ type: vad, engine: silero, stop_ms: 350 }",
     "vad600": "{ type: vad, engine: silero, stop_ms: 600 }",
-    "turn200": "{ type: vad, engine: silero, stop_ms: 200, turn_model: smart-turn, max_pause_ms: 2000 }",
-    "turn300": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 2000 }",
-    "turn300_t08": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 2000, turn_threshold: 0.8 }",
-    "scaled1000": "{ type: vad, engine: silero, stop_ms: 100, turn_model: smart-turn, turn_policy: scaled, max_pause_ms: 1000 }",
-    "scaled1000_min100": "{ type: vad, engine: silero, stop_ms: 100, turn_model: smart-turn, turn_policy: scaled, min_pause_ms: 100, max_pause_ms: 1000 }",
-    "scaled1500": "{ type: vad, engine: silero, stop_ms: 100, turn_model: smart-turn, turn_policy: scaled, max_pause_ms: 1500 }",
+    "default": "{ type: vad, engine: silero, turn_model: smart-turn }",
+    "scaled1000": "{ type: vad, engine: silero, turn_model: smart-turn, max_pause_ms: 1000 }",
+    "scaled2000": "{ type: vad, engine: silero, turn_model: smart-turn, max_pause_ms: 2000 }",
+    "threshold100": "{ type: vad, engine: silero, turn_model: smart-turn, turn_policy: threshold }",
+    "threshold300": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, turn_policy: threshold, max_pause_ms: 2000 }",
 }
 
 
@@ -85,36 +88,76 @@ def split_point(x):
     return min(quiet, key=lambda i: abs(i - mid)) * 160
 
 
+PROMPTS = "/usr/share/asterisk/sounds/en_US_f_Allison"
+PROMPT_TEXT = "/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"
+KINDS = ["people", "prompts", "flite", "espeak-ng"]
+
+
+def prompts(tmp, min_words=7, max_seconds=8):
+    """Asterisk's English prompts (Debian's asterisk-core-sounds-en-wav, recorded by one speaker, 8 kHz):
+    those whose transcript is one sentence of at least `min_words` words and that last at most
+    `max_seconds` (Smart Turn hears the last 8 s), resampled to 16 kHz by sox."""
+    import gzip, re
+    if not os.path.exists(PROMPT_TEXT): return []
+    found = []
+    for line in gzip.open(PROMPT_TEXT, "rt", errors="replace"):
+        if line.startswith(";") or ":" not in line: continue
+        key, text = (s.strip() for s in line.split(":", 1))
+        if "[" in text or re.search(r"[.?!]", text.rstrip(".?!")) or len(text.split()) < min_words: continue
+        src = os.path.join(PROMPTS, key + ".wav")
+        if not os.path.exists(src): continue
+        dst = os.path.join(tmp, "prompt.wav")
+        subprocess.run(["sox", src, "-r", str(RATE), "-c", "1", "-b", "16", dst], check=True)
+        x = trim(read_wav(dst))
+        if len(x) <= max_seconds * RATE: found.append(x)
+    return found
+
+
+def material(tmp, kinds=KINDS):
+    """The sentences of each kind asked for, as (kind, samples)."""
+    found = []
+    if "people" in kinds:
+        for f in sorted(os.listdir(TESTDATA)):
+            if f.endswith(".wav"): found.append(("people", trim(read_wav(os.path.join(TESTDATA, f)))))
+    if "prompts" in kinds:
+        found += [("prompts", x) for x in prompts(tmp)]
+    if "flite" in kinds:
+        for voice in ["slt", "rms", "awb"]:
+            for s in SENTENCES: found.append(("flite", trim(synth("flite", voice, s, tmp))))
+    if "espeak-ng" in kinds:
+        for s in SENTENCES: found.append(("espeak-ng", trim(synth("espeak", "en-us", s, tmp))))
+    return found
+
+
+def build(tmp, kinds=KINDS):
+    """One file: each sentence whole, then with a pause at its middle word gap, 4 s apart, over a pink
+    noise floor 50 dB under the loudest speech. Returns the file and the items (sample positions)."""
+    audio, items = [0] * RATE, []
+    for k, (kind, x) in enumerate(material(tmp, kinds)):
+        start = len(audio); audio += x
+        items.append(dict(kind=kind, paused=False, start=start, end=len(audio))); audio += [0] * (4 * RATE)
+        cut = split_point(x); pause = PAUSES[k % len(PAUSES)]
+        start = len(audio); audio += x[:cut]; p0 = len(audio); audio += [0] * (pause * RATE // 1000); p1 = len(audio)
+        audio += x[cut:]
+        items.append(dict(kind=kind, paused=True, pause=pause, start=start, p0=p0, p1=p1, end=len(audio))); audio += [0] * (4 * RATE)
+    noise = os.path.join(tmp, "noise.wav")
+    subprocess.run(["sox", "-n", "-r", str(RATE), "-c", "1", "-b", "16", noise, "synth", str(len(audio) / RATE), "pinknoise", "vol", "0.003"], check=True)
+    n = read_wav(noise)
+    mixed = array.array("h", (max(-32768, min(32767, a + b)) for a, b in zip(audio, n + [0] * len(audio))))
+    path = os.path.join(tmp, "turns.wav")
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1); w.setsampwidth(2); w.setframerate(RATE); w.writeframes(mixed.tobytes())
+    return path, items
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--voicepipe", default=".build/debug/voicepipe")
     ap.add_argument("--out", default="bench/results/turn.md")
+    ap.add_argument("--material", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="turn-bench-")
-    material = []
-    for f in sorted(os.listdir(TESTDATA)):
-        if f.endswith(".wav"): material.append(("people", trim(read_wav(os.path.join(TESTDATA, f)))))
-    for voice in ["slt", "rms", "awb"]:
-        for s in SENTENCES: material.append(("flite", trim(synth("flite", voice, s, tmp))))
-    for s in SENTENCES: material.append(("espeak-ng", trim(synth("espeak", "en-us", s, tmp))))
-    audio, items, k = [0] * RATE, [], 0
-    for kind, x in material:
-        # Complete.
-        start = len(audio); audio += x
-        items.append(dict(kind=kind, paused=False, start=start, end=len(audio))); audio += [0] * (4 * RATE)
-        # Paused.
-        cut = split_point(x); pause = PAUSES[k % len(PAUSES)]; k += 1
-        start = len(audio); audio += x[:cut]; p0 = len(audio); audio += [0] * (pause * RATE // 1000); p1 = len(audio)
-        audio += x[cut:]
-        items.append(dict(kind=kind, paused=True, pause=pause, start=start, p0=p0, p1=p1, end=len(audio))); audio += [0] * (4 * RATE)
-    # A pink noise floor 50 dB under the loudest speech, so silence is never digital zero.
-    noise = os.path.join(tmp, "noise.wav")
-    subprocess.run(["sox", "-n", "-r", "16000", "-c", "1", "-b", "16", noise, "synth", str(len(audio) / RATE), "pinknoise", "vol", "0.003"], check=True)
-    n = read_wav(noise)
-    mixed = array.array("h", (max(-32768, min(32767, a + b)) for a, b in zip(audio, n + [0] * len(audio))))
-    wav = os.path.join(tmp, "turns.wav")
-    with wave.open(wav, "wb") as w:
-        w.setnchannels(1); w.setsampwidth(2); w.setframerate(RATE); w.writeframes(mixed.tobytes())
+    wav, items = build(tmp, args.material.split(","))
     events = os.path.join(tmp, "events.jsonl")
     graph = os.path.join(tmp, "turns.yaml")
     with open(graph, "w") as g:
@@ -139,7 +182,7 @@ def main():
             cut = it["paused"] and any(e[0] < ms(it["p1"]) for e in mine)
             final = [e for e in mine if e[0] >= ms(it["end"]) - 300]
             delay = (final[-1][1] - ms(it["end"])) if final else None
-            for key in ("all", it["kind"]):
+            for key in ("all", it["kind"]) + (("recordings",) if it["kind"] in ("people", "prompts") else ()):
                 s = stats.setdefault(key, dict(paused=0, cut=0, delays=[], missed=0, by_model=0))
                 if it["paused"]: s["paused"] += 1; s["cut"] += cut
                 if delay is None: s["missed"] += 1
@@ -147,17 +190,18 @@ def main():
                 if final and final[-1][2] == "turn_model": s["by_model"] += 1
         rows.append((name, stats))
     lines = ["# End of turn: Smart Turn v3.2 against the VAD alone", "",
-             f"`bench/turn-bench.py`, one run: {len(items)} items ({len(items) // 2} sentences, each whole and with a "
-             "300/500/700/900 ms pause at its middle word gap), 4 s apart, pink noise 50 dB down. All detectors are "
-             "`vad engine: silero` on the same file source; `turnNNN` = `stop_ms: NNN, turn_model: smart-turn, "
-             "max_pause_ms: 2000` (`_t08`: `turn_threshold: 0.8`); `scaledNNNN` = `stop_ms: 100, turn_model: smart-turn, "
-             "turn_policy: scaled, max_pause_ms: NNNN` (the model's probability p, asked once at 100 ms of silence, sets the "
-             "pause to wait out: max_pause_ms·(1 − p); `_min100`: `min_pause_ms: 100`). Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end "
-             "of speech, in media time.", "",
+             f"`bench/turn-bench.py --material {args.material}`, one run: {len(items)} items ({len(items) // 2} sentences, "
+             "each whole and with a 300/500/700/900 ms pause at its middle word gap), 4 s apart, pink noise 50 dB down. "
+             "All detectors are `vad engine: silero` on the same file source:", ""] + \
+            [f"- `{name}`: `{spec}`" for name, spec in DETECTORS.items()] + ["",
+             "With a turn model, `stop_ms` defaults to 100 (when the model is asked), `turn_policy` to `scaled` "
+             "(the model's probability p sets the pause to wait out: max_pause_ms·(1 − p)) and `max_pause_ms` to 1500. "
+             "Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end of speech, in media "
+             "time. A false cut-off is a paused item whose turn ended inside the pause.", "",
              "| detector | material | false cut-offs (paused items) | mean delay ms | p90 delay ms | ended by the model | missed |",
              "|---|---|---|---|---|---|---|"]
     for name, stats in rows:
-        for key in ["all", "people", "flite", "espeak-ng"]:
+        for key in ["all", "recordings"] + KINDS:
             s = stats.get(key)
             if not s: continue
             d = sorted(s["delays"])

@@ -26,37 +26,12 @@ RATE = tb.RATE
 def ms(samples): return samples * 1000 / RATE
 
 
-def material(tmp):
-    found = []
-    for f in sorted(os.listdir(tb.TESTDATA)):
-        if f.endswith(".wav"): found.append(("people", tb.trim(tb.read_wav(os.path.join(tb.TESTDATA, f)))))
-    for voice in ["slt", "rms", "awb"]:
-        for s in tb.SENTENCES: found.append(("flite", tb.trim(tb.synth("flite", voice, s, tmp))))
-    for s in tb.SENTENCES: found.append(("espeak-ng", tb.trim(tb.synth("espeak", "en-us", s, tmp))))
-    audio, items = [0] * RATE, []
-    for k, (kind, x) in enumerate(found):
-        start = len(audio); audio += x
-        items.append(dict(kind=kind, paused=False, start=start, end=len(audio))); audio += [0] * (4 * RATE)
-        cut = tb.split_point(x); pause = tb.PAUSES[k % len(tb.PAUSES)]
-        start = len(audio); audio += x[:cut]; p0 = len(audio); audio += [0] * (pause * RATE // 1000); p1 = len(audio)
-        audio += x[cut:]
-        items.append(dict(kind=kind, paused=True, pause=pause, start=start, p0=p0, p1=p1, end=len(audio))); audio += [0] * (4 * RATE)
-    noise = os.path.join(tmp, "noise.wav")
-    subprocess.run(["sox", "-n", "-r", "16000", "-c", "1", "-b", "16", noise, "synth", str(len(audio) / RATE), "pinknoise", "vol", "0.003"], check=True)
-    n = tb.read_wav(noise)
-    mixed = array.array("h", (max(-32768, min(32767, a + b)) for a, b in zip(audio, n + [0] * len(audio))))
-    path = os.path.join(tmp, "turns.wav")
-    with wave.open(path, "wb") as w:
-        w.setnchannels(1); w.setsampwidth(2); w.setframerate(RATE); w.writeframes(mixed.tobytes())
-    return path, items
-
-
-def record(voicepipe, wav, stop, tmp):
+def record(voicepipe, wav, stop, tmp, engine="silero"):
     detectors = {
-        "vad350": "{ type: vad, engine: silero, stop_ms: 350 }",
-        "vad600": "{ type: vad, engine: silero, stop_ms: 600 }",
-        "segments": f"{{ type: vad, engine: silero, stop_ms: {stop} }}",
-        "answers": f"{{ type: vad, engine: silero, stop_ms: {stop}, turn_model: smart-turn, turn_policy: scaled, min_pause_ms: 2000, max_pause_ms: 2000 }}",
+        "vad350": f"{{ type: vad, engine: {engine}, stop_ms: 350 }}",
+        "vad600": f"{{ type: vad, engine: {engine}, stop_ms: 600 }}",
+        "segments": f"{{ type: vad, engine: {engine}, stop_ms: {stop} }}",
+        "answers": f"{{ type: vad, engine: {engine}, stop_ms: {stop}, turn_model: smart-turn, turn_policy: scaled, min_pause_ms: 2000, max_pause_ms: 2000 }}",
     }
     events, graph = os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "replay.yaml")
     with open(graph, "w") as g:
@@ -117,22 +92,29 @@ def main():
     ap.add_argument("--voicepipe", default=".build/debug/voicepipe")
     ap.add_argument("--stop-ms", type=int, default=100)
     ap.add_argument("--out")
+    ap.add_argument("--engine", default="silero", help="the VAD under every detector: silero or speex")
+    ap.add_argument("--material", default=",".join(tb.KINDS), help="comma-separated: " + ", ".join(tb.KINDS))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="turn-replay-")
-    wav, items = material(tmp)
-    answers, starts, ends = record(args.voicepipe, wav, args.stop_ms, tmp)
-    rows = [(f"VAD alone, stop {n[3:]} ms (measured)", baseline(items, ends[n])) for n in ("vad350", "vad600")]
-    for cap in (800, 900, 1000, 1100, 1200, 1500, 2000):
-        for gamma in (1, 1.5, 2, 3):
-            name = f"wait = {cap}·(1 − p)" + ("" if gamma == 1 else f"^{gamma}")
-            rows.append((name, replay(items, answers, starts, args.stop_ms, lambda p, c=cap, g=gamma: c * (1 - p) ** g)))
-    for t in (0.5, 0.7, 0.9):
-        rows.append((f"threshold {t}, else wait 2000", replay(items, answers, starts, args.stop_ms, lambda p, t=t: 0 if p >= t else 2000)))
-    lines = [f"`bench/turn-replay.py --stop-ms {args.stop_ms}`: {len(answers)} model answers, {len(items)} items "
-             f"({len(items) // 2} sentences whole and paused).", "",
-             "| policy | false cut-offs | mean delay ms | p90 delay ms |", "|---|---|---:|---:|"]
-    for name, r in rows:
-        lines.append(f"| {name} | {r['cut']}/{r['paused']} | {r['mean']:.0f} | {r['p90']:.0f} |")
+    wav, items = tb.build(tmp, args.material.split(","))
+    answers, starts, ends = record(args.voicepipe, wav, args.stop_ms, tmp, args.engine)
+    subsets = [("all", items), ("recordings (people, prompts)", [it for it in items if it["kind"] in ("people", "prompts")]),
+               ("synthesized (flite, espeak-ng)", [it for it in items if it["kind"] in ("flite", "espeak-ng")])]
+    lines = [f"`bench/turn-replay.py --stop-ms {args.stop_ms} --engine {args.engine} --material {args.material}`: {len(answers)} model answers, "
+             f"{len(items)} items ({len(items) // 2} sentences whole and paused)."]
+    for title, sub in subsets:
+        if not sub: continue
+        rows = [(f"VAD alone, stop {n[3:]} ms (measured)", baseline(sub, ends[n])) for n in ("vad350", "vad600")]
+        for cap in (800, 900, 1000, 1100, 1200, 1500, 2000):
+            for gamma in (1, 1.5, 2, 3):
+                name = f"wait = {cap}·(1 − p)" + ("" if gamma == 1 else f"^{gamma}")
+                rows.append((name, replay(sub, answers, starts, args.stop_ms, lambda p, c=cap, g=gamma: c * (1 - p) ** g)))
+        for t in (0.5, 0.7, 0.9):
+            rows.append((f"threshold {t}, else wait 2000", replay(sub, answers, starts, args.stop_ms, lambda p, t=t: 0 if p >= t else 2000)))
+        lines += ["", f"### {title}: {len(sub) // 2} sentences", "",
+                  "| policy | false cut-offs | mean delay ms | p90 delay ms |", "|---|---|---:|---:|"]
+        for name, r in rows:
+            lines.append(f"| {name} | {r['cut']}/{r['paused']} | {r['mean']:.0f} | {r['p90']:.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -21,8 +21,11 @@ import PipelineCore
 /// frame marked `speechEnd`.
 ///
 /// `turn_model: smart-turn` asks an end-of-turn model (``SmartTurnModel``, on ONNX Runtime) once
-/// `stop_ms` of silence follows speech: a complete turn ends at once (reason `turn_model`), an
-/// incomplete one is kept open until speech resumes or the pause reaches `max_pause_ms`.
+/// `stop_ms` of silence (default 100 ms with a model) follows speech. `turn_policy: scaled` (default):
+/// its probability p that the turn is over sets the pause to wait out, `min_pause_ms + (max_pause_ms -
+/// min_pause_ms)·(1 - p)`, and the turn ends then (reason `turn_model`) unless speech resumes first.
+/// `turn_policy: threshold`: a complete turn (p ≥ `turn_threshold`) ends at once (reason `turn_model`),
+/// an incomplete one is kept open until speech resumes or the pause reaches `max_pause_ms`.
 ///
 /// `gate: true` passes only the marked spans. `end_on_silence_ms > 0` ends the stream once that much
 /// silence follows speech: the node delivers what it holds and returns, closing its outputs.
@@ -63,7 +66,7 @@ public actor VADNode: Node {
     init(configuration c: Configuration, variables: [String: String] = [:]) {
         self.variables = variables
         startMs = c.startMs
-        stopMs = c.stopMs
+        stopMs = c.closingMs
         preRollMs = c.preRollMs
         gate = c.gate
         endOnSilenceMs = c.endOnSilenceMs
@@ -212,7 +215,8 @@ public actor VADNode: Node {
     /// Configuration of `vad`.
     public struct Configuration: NodeConfiguration {
         public var startMs: Int
-        public var stopMs: Int
+        /// As given; ``closingMs`` is the value used.
+        public var stopMs: Int?
         public var preRollMs: Int
         public var gate: Bool
         public var endOnSilenceMs: Int
@@ -233,21 +237,27 @@ public actor VADNode: Node {
             ParamSpec("threshold", .double(0.05...0.95), default: 0.5, doc: "silero: speech probability that opens speech (it stays open down to threshold - 0.15)"),
             ParamSpec("model", .path, doc: "silero: the model file (default: .deps/onnx/share/silero-vad/silero_vad.onnx, or $VOICEPIPE_SILERO_MODEL)"),
             ParamSpec("start_ms", .int(10...10_000), default: 100, doc: "speech needed to open"),
-            ParamSpec("stop_ms", .int(20...60_000), default: 500, doc: "silence needed to close"),
+            ParamSpec("stop_ms", .int(20...60_000),
+                      doc: "silence needed to close (default 500); with turn_model, the silence after which the model is asked (default 100)"),
             ParamSpec("pre_roll_ms", .int(0...5_000), default: 300, doc: "audio kept before the onset (the start mark goes this far back)"),
             ParamSpec("gate", .bool, default: false, doc: "pass only speech (with pre-roll and trailing stop_ms)"),
             ParamSpec("end_on_silence_ms", .int(0...), default: 0, doc: "end the stream after this much silence following speech; 0 = never"),
             ParamSpec("turn_model", .choice(TurnModel.allCases.map(\.rawValue)), default: "none",
-                      doc: "smart-turn: after stop_ms of silence an end-of-turn model (Smart Turn v3.2 on ONNX Runtime; install with scripts/install-smart-turn.sh) decides: complete ends speech at once, incomplete waits up to max_pause_ms"),
-            ParamSpec("max_pause_ms", .int(100...60_000), default: 3000, doc: "turn_model: the longest pause inside a turn the model calls incomplete"),
+                      doc: "smart-turn: after stop_ms of silence (default 100) an end-of-turn model (Smart Turn v3.2 on ONNX Runtime; install with scripts/install-smart-turn.sh) decides how much longer to wait, by turn_policy, up to max_pause_ms"),
+            ParamSpec("max_pause_ms", .int(100...60_000), default: 1500, doc: "turn_model: the longest pause inside a turn the model calls incomplete"),
             ParamSpec("turn_threshold", .double(0.05...0.95), default: 0.5, doc: "turn_model, turn_policy threshold: probability at which a turn is complete"),
-            ParamSpec("turn_policy", .choice(TurnPolicy.allCases.map(\.rawValue)), default: "threshold",
+            ParamSpec("turn_policy", .choice(TurnPolicy.allCases.map(\.rawValue)), default: "scaled",
                       doc: "turn_model: threshold: complete (probability ≥ turn_threshold) ends speech at once, incomplete waits up to max_pause_ms; scaled: the probability p sets the pause to wait out, min_pause_ms + (max_pause_ms - min_pause_ms)·(1 - p), ended sooner by nothing but speech"),
             ParamSpec("min_pause_ms", .int(0...60_000), default: 0, doc: "turn_policy scaled: the pause waited out when the model is sure the turn is over"),
             ParamSpec("turn_model_path", .path, doc: "turn_model: the model file (default: .deps/onnx/share/smart-turn/smart-turn-v3.2-cpu.onnx, or $VOICEPIPE_SMART_TURN_MODEL)"),
             ParamSpec("margin_db", .double(0...40), default: 6.0, doc: "speex: energy above the noise floor needed for speech"),
             ParamSpec("min_db", .double(-120...0), default: -55.0, doc: "speex: blocks quieter than this (dBFS) are silence"),
         ]
+
+        /// The silence that closes speech, or with a turn model the silence after which the model is
+        /// asked: `stop_ms` when given, else 500 ms, or 100 ms with a turn model (asked that early, the
+        /// model ends complete turns sooner than a 350 ms VAD; see "End of turn" in BENCHMARKS.md).
+        public var closingMs: Int { stopMs ?? (turnModel == .none ? 500 : 100) }
 
         /// A silero model given or found must exist (the library is checked when the node starts).
         public func problems() -> [String] { problems(environment: [:]) }

@@ -65,9 +65,10 @@ struct SmartTurnTests {
         // The VAD alone at 300 ms ends both on silence.
         let (alone, _) = try await DSPFixtures.run(input: path, chain: ["{ type: vad, engine: silero, stop_ms: 300 }"])
         #expect(alone.named("speech_end").map { $0["reason"]?.stringValue } == ["silence", "silence"])
-        // With the model: the incomplete one waits for max_pause_ms, the complete one ends after stop_ms.
+        // With the model and the threshold policy: the incomplete one waits for max_pause_ms, the
+        // complete one ends after stop_ms.
         let (events, log) = try await DSPFixtures.run(input: path, chain: [
-            "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 1500 }",
+            "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, turn_policy: threshold, max_pause_ms: 1500 }",
         ])
         let ends = events.named("speech_end")
         #expect(ends.map { $0["reason"]?.stringValue } == ["silence", "turn_model"], "\(ends)")
@@ -76,6 +77,43 @@ struct SmartTurnTests {
         #expect((ends.last?["probability"]?.doubleValue ?? 0) >= 0.5)
         let marked = log.audio.filter { $0.marks.speechEnd }
         #expect(marked.map { $0.marks.endReason?.name } == ["silence", "turn_model"])
+    }
+
+    @Test("with a turn model the defaults ask at 100 ms and wait in proportion to the doubt, up to 1500 ms")
+    func defaultsWithATurnModel() throws {
+        let plain = try VADNode.Configuration.decode([:])
+        #expect(plain.closingMs == 500)
+        let turn = try VADNode.Configuration.decode(["turn_model": .string("smart-turn")])
+        #expect(turn.closingMs == 100 && turn.turnPolicy == .scaled && turn.maxPauseMs == 1500 && turn.minPauseMs == 0)
+        let given = try VADNode.Configuration.decode(["turn_model": .string("smart-turn"), "stop_ms": .int(300)])
+        #expect(given.closingMs == 300)
+    }
+
+    @Test(.enabled(if: haveTool("flite")))
+    func theDefaultPolicyWaitsLongerOnAnIncompleteTurn() async throws {
+        let first = DSPFixtures.trimSilence(try Self.flite("What is the weather like in"))
+        let second = DSPFixtures.trimSilence(try Self.flite("What is the weather like in Paris today?"))
+        let lead = [Int16](repeating: 0, count: 8000)
+        let samples = lead + first + [Int16](repeating: 0, count: 40000) + second + [Int16](repeating: 0, count: 32000)
+        let path = try DSPFixtures.wav(samples, format: AudioFormat(sampleRate: 16000, channels: 1))
+        let (events, _) = try await DSPFixtures.run(input: path, chain: ["{ type: vad, engine: silero, turn_model: smart-turn }"])
+        let ends = events.named("speech_end")
+        // Both ended by the model's wait: (1 - p)·1500 ms after the speech, asked at 100 ms.
+        #expect(ends.map { $0["reason"]?.stringValue } == ["turn_model", "turn_model"], "\(ends)")
+        guard ends.count == 2 else { return }
+        for e in ends {
+            let p = e["probability"]?.doubleValue ?? -1
+            let silence = Double(e["silence_ms"]?.intValue ?? -1)
+            #expect((0...1).contains(p))
+            // The wait is checked on each 32 ms Silero window.
+            #expect(silence >= max(100, 1500 * (1 - p)) && silence < max(100, 1500 * (1 - p)) + 100, "p \(p), silence \(silence)")
+        }
+        // Asked at 100 ms the model is less sure of the complete sentence than at 200 ms (0.54 against
+        // 0.91 here), but the unfinished one still waits the longer by far.
+        let p0 = ends[0]["probability"]?.doubleValue ?? 1, p1 = ends[1]["probability"]?.doubleValue ?? 0
+        #expect(p0 < 0.35 && p1 > p0 + 0.2, "\(p0) then \(p1)")
+        #expect((ends[0]["silence_ms"]?.intValue ?? 0) > 900)
+        #expect((ends[0]["silence_ms"]?.intValue ?? 0) > (ends[1]["silence_ms"]?.intValue ?? 9999) + 300)
     }
 
     @Test func aMissingModelIsNamedAtValidation() throws {
