@@ -98,7 +98,8 @@ def prompts(tmp, min_words=7, max_seconds=8):
     those whose transcript is one sentence of at least `min_words` words and that last at most
     `max_seconds` (Smart Turn hears the last 8 s), resampled to 16 kHz by sox."""
     import gzip, re
-    if not os.path.exists(PROMPT_TEXT): return []
+    if not os.path.exists(PROMPT_TEXT):
+        sys.exit(f"no {PROMPT_TEXT}: install Debian's asterisk-core-sounds-en-wav, or leave prompts out of --material")
     found = []
     for line in gzip.open(PROMPT_TEXT, "rt", errors="replace"):
         if line.startswith(";") or ":" not in line: continue
