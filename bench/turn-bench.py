@@ -8,7 +8,9 @@ Material (`--material`, any of):
 - people: the LibriVox sentences of Debian's pocketsphinx-testdata (5);
 - prompts: Asterisk's English prompts, recorded by one speaker (Debian's asterisk-core-sounds-en-wav,
   8 kHz, resampled by sox): the 91 that are one sentence of 7 words or more and at most 8 s long;
-- flite (voices slt, rms, awb) and espeak-ng (en-us), synthesized from 8 sentences.
+- flite (voices slt, rms, awb) and espeak-ng (en-us), synthesized from 8 sentences;
+- prompts-es, prompts-fr, prompts-it, prompts-ru (not in the default): Asterisk's prompts in Spanish,
+  French, Italian and Russian, chosen the same way (asterisk-core-sounds-LANG-wav).
 "people" and "prompts" together are the recordings. Each sentence appears twice: whole ("complete"), and
 with a pause of 300, 500, 700 or 900 ms (in turn) inserted at the quiet 10 ms nearest its middle ("paused").
 Items are separated by 4 s of silence; a quiet pink noise floor (50 dB below the speech) runs under the
@@ -88,24 +90,31 @@ def split_point(x):
     return min(quiet, key=lambda i: abs(i - mid)) * 160
 
 
-PROMPTS = "/usr/share/asterisk/sounds/en_US_f_Allison"
-PROMPT_TEXT = "/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"
 KINDS = ["people", "prompts", "flite", "espeak-ng"]
+# Asterisk's prompts in other languages, each from one speaker (Debian's asterisk-core-sounds-LANG-wav).
+LANGUAGES = ["es", "fr", "it", "ru"]
+ALL_KINDS = KINDS + [f"prompts-{lang}" for lang in LANGUAGES]
 
 
-def prompts(tmp, min_words=7, max_seconds=8):
-    """Asterisk's English prompts (Debian's asterisk-core-sounds-en-wav, recorded by one speaker, 8 kHz):
+def recorded(kind): return kind == "people" or kind.startswith("prompts")
+
+
+def prompts(tmp, lang="en", min_words=7, max_seconds=8):
+    """Asterisk's prompts in `lang` (Debian's asterisk-core-sounds-LANG-wav, 8 kHz; English: one speaker):
     those whose transcript is one sentence of at least `min_words` words and that last at most
     `max_seconds` (Smart Turn hears the last 8 s), resampled to 16 kHz by sox."""
     import gzip, re
-    if not os.path.exists(PROMPT_TEXT):
-        sys.exit(f"no {PROMPT_TEXT}: install Debian's asterisk-core-sounds-en-wav, or leave prompts out of --material")
+    text_file = f"/usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz"
+    folder = f"/usr/share/asterisk/sounds/{lang}"
+    if not os.path.exists(text_file) or not os.path.isdir(folder):
+        sys.exit(f"no {text_file} or {folder}: install Debian's asterisk-core-sounds-{lang}-wav, or leave "
+                 f"{'prompts' if lang == 'en' else 'prompts-' + lang} out of --material")
     found = []
-    for line in gzip.open(PROMPT_TEXT, "rt", errors="replace"):
+    for line in gzip.open(text_file, "rt", encoding="utf-8", errors="replace"):
         if line.startswith(";") or ":" not in line: continue
         key, text = (s.strip() for s in line.split(":", 1))
         if "[" in text or re.search(r"[.?!]", text.rstrip(".?!")) or len(text.split()) < min_words: continue
-        src = os.path.join(PROMPTS, key + ".wav")
+        src = os.path.join(folder, key + ".wav")
         if not os.path.exists(src): continue
         dst = os.path.join(tmp, "prompt.wav")
         subprocess.run(["sox", src, "-r", str(RATE), "-c", "1", "-b", "16", dst], check=True)
@@ -122,6 +131,8 @@ def material(tmp, kinds=KINDS):
             if f.endswith(".wav"): found.append(("people", trim(read_wav(os.path.join(TESTDATA, f)))))
     if "prompts" in kinds:
         found += [("prompts", x) for x in prompts(tmp)]
+    for lang in LANGUAGES:
+        if f"prompts-{lang}" in kinds: found += [(f"prompts-{lang}", x) for x in prompts(tmp, lang)]
     if "flite" in kinds:
         for voice in ["slt", "rms", "awb"]:
             for s in SENTENCES: found.append(("flite", trim(synth("flite", voice, s, tmp))))
@@ -155,27 +166,32 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--voicepipe", default=".build/debug/voicepipe")
     ap.add_argument("--out", default="bench/results/turn.md")
-    ap.add_argument("--material", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
+    ap.add_argument("--material", default=",".join(KINDS), help="comma-separated: " + ", ".join(ALL_KINDS))
+    ap.add_argument("--detectors", default=",".join(DETECTORS), help="comma-separated, from: " + ", ".join(DETECTORS))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="turn-bench-")
+    wanted = args.detectors.split(",")
+    for name in wanted:
+        if name not in DETECTORS: sys.exit(f"unknown detector {name}: choose from {', '.join(DETECTORS)}")
+    detectors = {name: DETECTORS[name] for name in wanted}
     wav, items = build(tmp, args.material.split(","))
     events = os.path.join(tmp, "events.jsonl")
     graph = os.path.join(tmp, "turns.yaml")
     with open(graph, "w") as g:
         g.write("version: 1\nname: turn-bench\nnodes:\n")
         g.write(f"  src: {{ type: file-source, path: \"{wav}\" }}\n")
-        for name, spec in DETECTORS.items(): g.write(f"  {name}: {spec}\n")
+        for name, spec in detectors.items(): g.write(f"  {name}: {spec}\n")
         g.write(f"  out: {{ type: jsonl-sink, path: \"{events}\" }}\n  drop: {{ type: null-sink }}\nlinks:\n")
-        for name in DETECTORS: g.write(f"  - src -> {name} -> drop\n  - {name}.events -> out\n")
+        for name in detectors: g.write(f"  - src -> {name} -> drop\n  - {name}.events -> out\n")
     subprocess.run([args.voicepipe, "run", graph], check=True)
-    ends = {name: [] for name in DETECTORS}
+    ends = {name: [] for name in detectors}
     for line in open(events):
         e = json.loads(line)
         if e.get("event") == "speech_end" and e["node"] in ends:
             ends[e["node"]].append((e["media_ms"], e["media_ms"] + e["silence_ms"], e.get("reason"), e.get("probability")))
     def ms(s): return s * 1000 / RATE
     rows = []
-    for name in DETECTORS:
+    for name in detectors:
         stats = {}
         for it in items:
             lo, hi = ms(it["start"]), ms(it["end"]) + 3500
@@ -183,7 +199,7 @@ def main():
             cut = it["paused"] and any(e[0] < ms(it["p1"]) for e in mine)
             final = [e for e in mine if e[0] >= ms(it["end"]) - 300]
             delay = (final[-1][1] - ms(it["end"])) if final else None
-            for key in ("all", it["kind"]) + (("recordings",) if it["kind"] in ("people", "prompts") else ()):
+            for key in ("all", it["kind"]) + (("recordings",) if recorded(it["kind"]) else ()):
                 s = stats.setdefault(key, dict(paused=0, cut=0, delays=[], missed=0, by_model=0))
                 if it["paused"]: s["paused"] += 1; s["cut"] += cut
                 if delay is None: s["missed"] += 1
@@ -194,7 +210,7 @@ def main():
              f"`bench/turn-bench.py --material {args.material}`, one run: {len(items)} items ({len(items) // 2} sentences, "
              "each whole and with a 300/500/700/900 ms pause at its middle word gap), 4 s apart, pink noise 50 dB down. "
              "All detectors are `vad engine: silero` on the same file source:", ""] + \
-            [f"- `{name}`: `{spec}`" for name, spec in DETECTORS.items()] + ["",
+            [f"- `{name}`: `{spec}`" for name, spec in detectors.items()] + ["",
              "With a turn model, `stop_ms` defaults to 100 (when the model is asked), `turn_policy` to `scaled` "
              "(the model's probability p sets the pause to wait out: max_pause_ms·(1 − p)) and `max_pause_ms` to 1500. "
              "Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end of speech, in media "
@@ -202,7 +218,7 @@ def main():
              "| detector | material | false cut-offs (paused items) | mean delay ms | p90 delay ms | ended by the model | missed |",
              "|---|---|---|---|---|---|---|"]
     for name, stats in rows:
-        for key in ["all", "recordings"] + KINDS:
+        for key in ["all", "recordings"] + ALL_KINDS:
             s = stats.get(key)
             if not s: continue
             d = sorted(s["delays"])

@@ -93,13 +93,13 @@ def main():
     ap.add_argument("--stop-ms", type=int, default=100)
     ap.add_argument("--out")
     ap.add_argument("--engine", default="silero", help="the VAD under every detector: silero or speex")
-    ap.add_argument("--material", default=",".join(tb.KINDS), help="comma-separated: " + ", ".join(tb.KINDS))
+    ap.add_argument("--material", default=",".join(tb.KINDS), help="comma-separated: " + ", ".join(tb.ALL_KINDS))
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="turn-replay-")
     wav, items = tb.build(tmp, args.material.split(","))
     answers, starts, ends = record(args.voicepipe, wav, args.stop_ms, tmp, args.engine)
-    subsets = [("all", items), ("recordings (people, prompts)", [it for it in items if it["kind"] in ("people", "prompts")]),
-               ("synthesized (flite, espeak-ng)", [it for it in items if it["kind"] in ("flite", "espeak-ng")])]
+    subsets = [("all", items), ("recordings", [it for it in items if tb.recorded(it["kind"])]),
+               ("synthesized (flite, espeak-ng)", [it for it in items if not tb.recorded(it["kind"])])]
     lines = [f"`bench/turn-replay.py --stop-ms {args.stop_ms} --engine {args.engine} --material {args.material}`: {len(answers)} model answers, "
              f"{len(items)} items ({len(items) // 2} sentences whole and paused)."]
     for title, sub in subsets:
