@@ -1,5 +1,6 @@
 import Testing
 import PipelineCore
+import VoicepipeTesting
 
 @Suite("Bounded edges")
 struct EdgeTests {

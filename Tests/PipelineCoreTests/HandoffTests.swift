@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import PipelineCore
+import VoicepipeTesting
 
 /// The storage around the state machine, with real tasks and threads (the sanitizer run checks it for races).
 @Suite("Hand-off with tasks and threads")

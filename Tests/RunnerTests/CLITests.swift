@@ -91,6 +91,21 @@ struct CLITests {
         #expect(r.stderr.contains(expected), "\(kind): \(r.stderr)")
     }
 
+    @Test("a relative file found nowhere is named with where it was looked for")
+    func missingRelativeFile() throws {
+        let dir = tempDir()
+        let graph = try writeGraph("""
+            nodes:
+              src: { type: file-source, path: "recordings/nowhere.wav" }
+              out: { type: null-sink }
+            links: [ "src -> out" ]
+            """, in: dir)
+        let r = try voicepipe(["run", graph])
+        #expect(r.status == 1, "status \(r.status) \(r.stderr)")
+        #expect(r.stderr.contains("node 'src'"), "\(r.stderr)")
+        #expect(r.stderr.contains("recordings/nowhere.wav: no such file (a relative path is looked up next to the graph file, then in the working directory, \(FileManager.default.currentDirectoryPath))"), "\(r.stderr)")
+    }
+
     @Test("an invalid graph exits 2 and reports every problem with file:line:column")
     func invalidGraph() throws {
         let dir = tempDir()

@@ -14,8 +14,9 @@ final class OnnxSession {
     private var options: OpaquePointer?
     private var session: OpaquePointer?
     private var memory: OpaquePointer?
-    private let inputNames: [UnsafeMutablePointer<CChar>]
-    private let outputNames: [UnsafeMutablePointer<CChar>]
+    /// The names as C strings, made once (freed at deinit) and handed to every run as they are.
+    private let inputNames: [UnsafePointer<CChar>?]
+    private let outputNames: [UnsafePointer<CChar>?]
 
     /// What a model that cannot be had is reported as: the codes, and a hint on what to do.
     struct Problems {
@@ -28,8 +29,8 @@ final class OnnxSession {
     init(modelPath: String, inputs: [String], outputs: [String], what: String, variables: [String: String],
          problems: Problems = Problems()) throws {
         api = try OnnxRuntime.api(variables)
-        inputNames = inputs.map { strdup($0)! }
-        outputNames = outputs.map { strdup($0)! }
+        inputNames = inputs.map { UnsafePointer(strdup($0)) }
+        outputNames = outputs.map { UnsafePointer(strdup($0)) }
         guard FileManager.default.isReadableFile(atPath: modelPath) else {
             throw NodeError(problems.missing, "\(what) model \(modelPath) not found or not readable" + problems.hint)
         }
@@ -54,8 +55,7 @@ final class OnnxSession {
 
     deinit {
         release()
-        inputNames.forEach { free($0) }
-        outputNames.forEach { free($0) }
+        (inputNames + outputNames).forEach { free(UnsafeMutablePointer(mutating: $0)) }
     }
 
     private func release() {
@@ -101,9 +101,10 @@ final class OnnxSession {
     func run<R>(_ inputs: [OpaquePointer?], _ body: ([UnsafeMutableRawPointer]) throws -> R) throws -> R {
         var outputs = [OpaquePointer?](repeating: nil, count: outputNames.count)
         defer { for v in inputs + outputs { if let v { api.pointee.ReleaseValue(v) } } }
-        let inNames: [UnsafePointer<CChar>?] = inputNames.map { UnsafePointer($0) }
-        let outNames: [UnsafePointer<CChar>?] = outputNames.map { UnsafePointer($0) }
-        try check(api.pointee.Run(session, nil, inNames, inputs, inputs.count, outNames, outNames.count, &outputs))
+        guard inputs.count == inputNames.count else {
+            throw NodeError(.onnxruntime, "\(inputs.count) input tensors for a model with \(inputNames.count) inputs")
+        }
+        try check(api.pointee.Run(session, nil, inputNames, inputs, inputs.count, outputNames, outputNames.count, &outputs))
         var data: [UnsafeMutableRawPointer] = []
         for output in outputs {
             var p: UnsafeMutableRawPointer?

@@ -7,6 +7,7 @@ import Testing
 @testable import DigitalHuman
 @testable import Nodes
 @testable import TencentASR
+import VoicepipeTesting
 
 @Suite("Tencent ASR: signature, request and state machines")
 struct TencentASRUnitTests {

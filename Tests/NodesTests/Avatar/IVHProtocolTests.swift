@@ -141,6 +141,22 @@ struct DrivingGateTests {
         #expect(Self.summary(await gate.audio([UInt8](repeating: 2, count: 640), endsUtterance: false)) == ["2:640:false"])
     }
 
+    @Test func aCancelledWaitForSpeakOverEndsAtOnce() async {
+        // The clock never moves: only the cancellation can end the wait.
+        let clock = ManualClock()
+        let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(30), clock: clock)
+        await gate.observe(.speakStatus("speak_start", speechID: 1), details: [:])
+        await gate.interrupted()
+        let waiting = Task { await gate.audio([UInt8](repeating: 1, count: 640), endsUtterance: false) }
+        #expect(await clock.waitForSleepers(1))
+        waiting.cancel()
+        // The wait ends without speak_over and without time passing; the audio is packetized as usual
+        // and the next audio does not wait again.
+        #expect(Self.summary(await waiting.value) == ["1:640:false"])
+        #expect(clock.now.offset == .zero)
+        #expect(Self.summary(await gate.audio([UInt8](repeating: 2, count: 640), endsUtterance: false)) == ["2:640:false"])
+    }
+
     @Test func anInterruptWhileSilentDoesNotHoldAudio() async {
         let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(30))
         await gate.interrupted()

@@ -117,13 +117,3 @@ final class PipeReader: @unchecked Sendable {
     func wait() -> Data { done.wait(); return data }
 }
 
-/// Waits (real time, up to `timeout`) until `condition` holds; returns whether it did. For states that
-/// no event announces, such as a node's private progress.
-func eventually(timeout: Duration = .seconds(10), _ condition: () async -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while await !condition() {
-        if ContinuousClock.now >= deadline { return false }
-        try? await Task.sleep(for: .milliseconds(2))
-    }
-    return true
-}

@@ -111,17 +111,6 @@ actor HoldNode: FrameProcessor {
     }
 }
 
-/// Waits (real time, up to `timeout`) until `condition` holds; returns whether it did. For states that
-/// no event announces, such as a producer waiting on a full queue.
-func eventually(timeout: Duration = .seconds(10), _ condition: () async -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while await !condition() {
-        if ContinuousClock.now >= deadline { return false }
-        try? await Task.sleep(for: .milliseconds(1))
-    }
-    return true
-}
-
 extension Handoff {
     /// Elements queued plus those held by senders waiting for room.
     var held: Int { depth + waitingSenders }
