@@ -44,6 +44,10 @@ public final class ManualClock: Clock, Sendable {
     /// Tasks sleeping now.
     public var sleepers: Int { state.withLock { $0.sleepers.count } }
 
+    /// When the tasks sleeping now wake, earliest first: to wait for one particular timer (a heartbeat
+    /// due at 30 s) when other tasks sleep on the same clock.
+    public var deadlines: [Instant] { state.withLock { $0.sleepers.values.map(\.deadline) }.sorted() }
+
     public func sleep(until deadline: Instant, tolerance: Swift.Duration? = nil) async throws {
         let id = state.withLock { s -> UInt64 in s.next += 1; return s.next }
         try await withTaskCancellationHandler {
