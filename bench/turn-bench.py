@@ -35,10 +35,10 @@ DETECTORS = {
     "vad350": "{ type: vad, engine: silero, stop_ms: 350 }",
     "vad600": "{ type: vad, engine: silero, stop_ms: 600 }",
     "default": "{ type: vad, engine: silero, turn_model: smart-turn }",
-    "scaled1000": "{ type: vad, engine: silero, turn_model: smart-turn, max_pause_ms: 1000 }",
-    "scaled2000": "{ type: vad, engine: silero, turn_model: smart-turn, max_pause_ms: 2000 }",
-    "threshold100": "{ type: vad, engine: silero, turn_model: smart-turn, turn_policy: threshold }",
-    "threshold300": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, turn_policy: threshold, max_pause_ms: 2000 }",
+    "scaled1000": "{ type: vad, engine: silero, turn_model: smart-turn, turn_policy: scaled, max_pause_ms: 1000 }",
+    "scaled1500": "{ type: vad, engine: silero, turn_model: smart-turn, turn_policy: scaled }",
+    "scaled2000": "{ type: vad, engine: silero, turn_model: smart-turn, turn_policy: scaled, max_pause_ms: 2000 }",
+    "threshold300": "{ type: vad, engine: silero, stop_ms: 300, turn_model: smart-turn, max_pause_ms: 2000 }",
 }
 
 
@@ -211,8 +211,9 @@ def main():
              "each whole and with a 300/500/700/900 ms pause at its middle word gap), 4 s apart, pink noise 50 dB down. "
              "All detectors are `vad engine: silero` on the same file source:", ""] + \
             [f"- `{name}`: `{spec}`" for name, spec in detectors.items()] + ["",
-             "With a turn model, `stop_ms` defaults to 100 (when the model is asked), `turn_policy` to `scaled` "
-             "(the model's probability p sets the pause to wait out: max_pause_ms·(1 − p)) and `max_pause_ms` to 1500. "
+             "With a turn model, `stop_ms` defaults to 100 (when the model is asked), `turn_policy` to `threshold` "
+             "(p ≥ 0.5 ends the turn, else it waits up to `max_pause_ms`) and `max_pause_ms` to 1500; with `turn_policy: "
+             "scaled` the model's probability p sets the pause to wait out, max_pause_ms·(1 − p). "
              "Delay = end-of-turn decision (speech_end media_ms + silence_ms) minus the true end of speech, in media "
              "time. A false cut-off is a paused item whose turn ended inside the pause.", "",
              "| detector | material | false cut-offs (paused items) | mean delay ms | p90 delay ms | ended by the model | missed |",

@@ -110,7 +110,8 @@ def main():
                 name = f"wait = {cap}·(1 − p)" + ("" if gamma == 1 else f"^{gamma}")
                 rows.append((name, replay(sub, answers, starts, args.stop_ms, lambda p, c=cap, g=gamma: c * (1 - p) ** g)))
         for t in (0.5, 0.7, 0.9):
-            rows.append((f"threshold {t}, else wait 2000", replay(sub, answers, starts, args.stop_ms, lambda p, t=t: 0 if p >= t else 2000)))
+            for cap in (1500, 2000):
+                rows.append((f"threshold {t}, else wait {cap}", replay(sub, answers, starts, args.stop_ms, lambda p, t=t, c=cap: 0 if p >= t else c)))
         lines += ["", f"### {title}: {len(sub) // 2} sentences", "",
                   "| policy | false cut-offs | mean delay ms | p90 delay ms |", "|---|---|---:|---:|"]
         for name, r in rows:

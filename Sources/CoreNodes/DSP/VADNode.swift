@@ -21,11 +21,11 @@ import PipelineCore
 /// frame marked `speechEnd`.
 ///
 /// `turn_model: smart-turn` asks an end-of-turn model (``SmartTurnModel``, on ONNX Runtime) once
-/// `stop_ms` of silence (default 100 ms with a model) follows speech. `turn_policy: scaled` (default):
-/// its probability p that the turn is over sets the pause to wait out, `min_pause_ms + (max_pause_ms -
+/// `stop_ms` of silence (default 100 ms with a model) follows speech. `turn_policy: threshold` (default):
+/// a complete turn (probability p ≥ `turn_threshold`) ends at once (reason `turn_model`), an incomplete
+/// one is kept open until speech resumes or the pause reaches `max_pause_ms` (reason `silence`).
+/// `turn_policy: scaled`: p sets the pause to wait out, `min_pause_ms + (max_pause_ms -
 /// min_pause_ms)·(1 - p)`, and the turn ends then (reason `turn_model`) unless speech resumes first.
-/// `turn_policy: threshold`: a complete turn (p ≥ `turn_threshold`) ends at once (reason `turn_model`),
-/// an incomplete one is kept open until speech resumes or the pause reaches `max_pause_ms`.
 ///
 /// `gate: true` passes only the marked spans. `end_on_silence_ms > 0` ends the stream once that much
 /// silence follows speech: the node delivers what it holds and returns, closing its outputs.
@@ -246,7 +246,7 @@ public actor VADNode: Node {
                       doc: "smart-turn: after stop_ms of silence (default 100) an end-of-turn model (Smart Turn v3.2 on ONNX Runtime; install with scripts/install-smart-turn.sh) decides how much longer to wait, by turn_policy, up to max_pause_ms"),
             ParamSpec("max_pause_ms", .int(100...60_000), default: 1500, doc: "turn_model: the longest pause inside a turn the model calls incomplete"),
             ParamSpec("turn_threshold", .double(0.05...0.95), default: 0.5, doc: "turn_model, turn_policy threshold: probability at which a turn is complete"),
-            ParamSpec("turn_policy", .choice(TurnPolicy.allCases.map(\.rawValue)), default: "scaled",
+            ParamSpec("turn_policy", .choice(TurnPolicy.allCases.map(\.rawValue)), default: "threshold",
                       doc: "turn_model: threshold: complete (probability ≥ turn_threshold) ends speech at once, incomplete waits up to max_pause_ms; scaled: the probability p sets the pause to wait out, min_pause_ms + (max_pause_ms - min_pause_ms)·(1 - p), ended sooner by nothing but speech"),
             ParamSpec("min_pause_ms", .int(0...60_000), default: 0, doc: "turn_policy scaled: the pause waited out when the model is sure the turn is over"),
             ParamSpec("turn_model_path", .path, doc: "turn_model: the model file (default: .deps/onnx/share/smart-turn/smart-turn-v3.2-cpu.onnx, or $VOICEPIPE_SMART_TURN_MODEL)"),

@@ -79,24 +79,42 @@ struct SmartTurnTests {
         #expect(marked.map { $0.marks.endReason?.name } == ["silence", "turn_model"])
     }
 
-    @Test("with a turn model the defaults ask at 100 ms and wait in proportion to the doubt, up to 1500 ms")
+    @Test("with a turn model the defaults ask at 100 ms; incomplete waits up to 1500 ms")
     func defaultsWithATurnModel() throws {
         let plain = try VADNode.Configuration.decode([:])
         #expect(plain.closingMs == 500)
         let turn = try VADNode.Configuration.decode(["turn_model": .string("smart-turn")])
-        #expect(turn.closingMs == 100 && turn.turnPolicy == .scaled && turn.maxPauseMs == 1500 && turn.minPauseMs == 0)
+        #expect(turn.closingMs == 100 && turn.turnPolicy == .threshold && turn.turnThreshold == 0.5 && turn.maxPauseMs == 1500)
         let given = try VADNode.Configuration.decode(["turn_model": .string("smart-turn"), "stop_ms": .int(300)])
         #expect(given.closingMs == 300)
     }
 
     @Test(.enabled(if: haveTool("flite")))
-    func theDefaultPolicyWaitsLongerOnAnIncompleteTurn() async throws {
+    func theDefaultsEndACompleteTurnSoonAndWaitOutAnIncompleteOne() async throws {
         let first = DSPFixtures.trimSilence(try Self.flite("What is the weather like in"))
         let second = DSPFixtures.trimSilence(try Self.flite("What is the weather like in Paris today?"))
         let lead = [Int16](repeating: 0, count: 8000)
         let samples = lead + first + [Int16](repeating: 0, count: 40000) + second + [Int16](repeating: 0, count: 32000)
         let path = try DSPFixtures.wav(samples, format: AudioFormat(sampleRate: 16000, channels: 1))
         let (events, _) = try await DSPFixtures.run(input: path, chain: ["{ type: vad, engine: silero, turn_model: smart-turn }"])
+        let ends = events.named("speech_end")
+        // Asked at 100 ms of silence: the unfinished sentence waits out max_pause_ms (1500), the finished
+        // one ends as soon as the model has answered.
+        #expect(ends.map { $0["reason"]?.stringValue } == ["silence", "turn_model"], "\(ends)")
+        guard ends.count == 2 else { return }
+        #expect((1500..<1600).contains(ends[0]["silence_ms"]?.intValue ?? 0), "\(ends[0])")
+        #expect((100..<200).contains(ends[1]["silence_ms"]?.intValue ?? 0), "\(ends[1])")
+        #expect((ends[1]["probability"]?.doubleValue ?? 0) >= 0.5)
+    }
+
+    @Test(.enabled(if: haveTool("flite")))
+    func theScaledPolicyWaitsLongerOnAnIncompleteTurn() async throws {
+        let first = DSPFixtures.trimSilence(try Self.flite("What is the weather like in"))
+        let second = DSPFixtures.trimSilence(try Self.flite("What is the weather like in Paris today?"))
+        let lead = [Int16](repeating: 0, count: 8000)
+        let samples = lead + first + [Int16](repeating: 0, count: 40000) + second + [Int16](repeating: 0, count: 32000)
+        let path = try DSPFixtures.wav(samples, format: AudioFormat(sampleRate: 16000, channels: 1))
+        let (events, _) = try await DSPFixtures.run(input: path, chain: ["{ type: vad, engine: silero, turn_model: smart-turn, turn_policy: scaled }"])
         let ends = events.named("speech_end")
         // Both ended by the model's wait: (1 - p)·1500 ms after the speech, asked at 100 ms.
         #expect(ends.map { $0["reason"]?.stringValue } == ["turn_model", "turn_model"], "\(ends)")
