@@ -141,8 +141,10 @@ struct DrivingGateTests {
         #expect(Self.summary(await gate.audio([UInt8](repeating: 2, count: 640), endsUtterance: false)) == ["2:640:false"])
     }
 
-    @Test func aCancelledWaitForSpeakOverEndsAtOnce() async {
-        // The clock never moves: only the cancellation can end the wait.
+    @Test(.timeLimit(.minutes(1)))
+    func aCancelledWaitForSpeakOverEndsAtOnce() async {
+        // The clock never moves: only the cancellation can end the wait (if it does not, the time limit
+        // fails the test instead of leaving it hanging).
         let clock = ManualClock()
         let gate = DrivingGate(packetBytes: 640, maxWait: .seconds(30), clock: clock)
         await gate.observe(.speakStatus("speak_start", speechID: 1), details: [:])

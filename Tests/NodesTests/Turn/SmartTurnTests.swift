@@ -23,6 +23,16 @@ struct SmartTurnTests {
         return samples
     }
 
+    /// A WAV file: 0.5 s of silence, "What is the weather like in", 2.5 s of silence, "What is the weather
+    /// like in Paris today?", 2 s of silence (flite's slt, trimmed).
+    static func unfinishedThenFinished() throws -> String {
+        let first = DSPFixtures.trimSilence(try flite("What is the weather like in"))
+        let second = DSPFixtures.trimSilence(try flite("What is the weather like in Paris today?"))
+        let lead = [Int16](repeating: 0, count: 8000)
+        let samples = lead + first + [Int16](repeating: 0, count: 40000) + second + [Int16](repeating: 0, count: 32000)
+        return try DSPFixtures.wav(samples, format: AudioFormat(sampleRate: 16000, channels: 1))
+    }
+
     @Test func featuresMatchWhispersExtractor() {
         // transformers' WhisperFeatureExtractor (chunk_length 8, as Smart Turn uses it) on 1 s of a
         // 440 Hz sine at 0.3 (s16-rounded) at the end of 8 s of zeros.
@@ -56,12 +66,7 @@ struct SmartTurnTests {
 
     @Test(.enabled(if: haveTool("flite")))
     func anIncompleteTurnWaitsAndACompleteOneEndsAtOnce() async throws {
-        // "What is the weather like in", 2.5 s of silence, "What is the weather like in Paris today?", 2 s.
-        let first = DSPFixtures.trimSilence(try Self.flite("What is the weather like in"))
-        let second = DSPFixtures.trimSilence(try Self.flite("What is the weather like in Paris today?"))
-        let lead = [Int16](repeating: 0, count: 8000)
-        let samples = lead + first + [Int16](repeating: 0, count: 40000) + second + [Int16](repeating: 0, count: 32000)
-        let path = try DSPFixtures.wav(samples, format: AudioFormat(sampleRate: 16000, channels: 1))
+        let path = try Self.unfinishedThenFinished()
         // The VAD alone at 300 ms ends both on silence.
         let (alone, _) = try await DSPFixtures.run(input: path, chain: ["{ type: vad, engine: silero, stop_ms: 300 }"])
         #expect(alone.named("speech_end").map { $0["reason"]?.stringValue } == ["silence", "silence"])
@@ -91,11 +96,7 @@ struct SmartTurnTests {
 
     @Test(.enabled(if: haveTool("flite")))
     func theDefaultsEndACompleteTurnSoonAndWaitOutAnIncompleteOne() async throws {
-        let first = DSPFixtures.trimSilence(try Self.flite("What is the weather like in"))
-        let second = DSPFixtures.trimSilence(try Self.flite("What is the weather like in Paris today?"))
-        let lead = [Int16](repeating: 0, count: 8000)
-        let samples = lead + first + [Int16](repeating: 0, count: 40000) + second + [Int16](repeating: 0, count: 32000)
-        let path = try DSPFixtures.wav(samples, format: AudioFormat(sampleRate: 16000, channels: 1))
+        let path = try Self.unfinishedThenFinished()
         let (events, _) = try await DSPFixtures.run(input: path, chain: ["{ type: vad, engine: silero, turn_model: smart-turn }"])
         let ends = events.named("speech_end")
         // Asked at 100 ms of silence: the unfinished sentence waits out max_pause_ms (1500), the finished
@@ -109,11 +110,7 @@ struct SmartTurnTests {
 
     @Test(.enabled(if: haveTool("flite")))
     func theScaledPolicyWaitsLongerOnAnIncompleteTurn() async throws {
-        let first = DSPFixtures.trimSilence(try Self.flite("What is the weather like in"))
-        let second = DSPFixtures.trimSilence(try Self.flite("What is the weather like in Paris today?"))
-        let lead = [Int16](repeating: 0, count: 8000)
-        let samples = lead + first + [Int16](repeating: 0, count: 40000) + second + [Int16](repeating: 0, count: 32000)
-        let path = try DSPFixtures.wav(samples, format: AudioFormat(sampleRate: 16000, channels: 1))
+        let path = try Self.unfinishedThenFinished()
         let (events, _) = try await DSPFixtures.run(input: path, chain: ["{ type: vad, engine: silero, turn_model: smart-turn, turn_policy: scaled }"])
         let ends = events.named("speech_end")
         // Both ended by the model's wait: (1 - p)·1500 ms after the speech, asked at 100 ms.
