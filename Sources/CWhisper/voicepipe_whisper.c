@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <zlib.h>
 #include "voicepipe_whisper.h"
 
 typedef int32_t wtoken;
@@ -110,6 +111,8 @@ static struct {
     int (*n_text_layer)(void *);
     const char *(*model_type)(void *);
     void (*log_set)(void (*)(int, const char *, void *), void *);
+    const char *(*system_info)(void);
+    int (*n_audio_ctx)(void *);
 } W;
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -208,6 +211,8 @@ int vp_whisper_load(const char *path, char *error, size_t error_size) {
     SYM(n_text_layer, "whisper_model_n_text_layer");
     SYM(model_type, "whisper_model_type_readable");
     SYM(log_set, "whisper_log_set");
+    SYM(system_info, "whisper_print_system_info");
+    SYM(n_audio_ctx, "whisper_model_n_audio_ctx");
     /* The defaults the library fills in must look like 1.8's: a wrong layout would show here. */
     struct w_full_params *p = W.full_default_params_by_ref(1);
     bool sane = p && p->strategy == 1 && p->n_max_text_ctx == 16384 && p->beam_search.beam_size > 0 && p->no_speech_thold == 0.6f &&
@@ -232,6 +237,22 @@ fail:
 }
 
 const char *vp_whisper_version(void) { return W.version; }
+
+void vp_whisper_flag_set(int *flag, int value) { __atomic_store_n(flag, value, __ATOMIC_SEQ_CST); }
+int vp_whisper_flag_get(const int *flag) { return __atomic_load_n(flag, __ATOMIC_SEQ_CST); }
+
+const char *vp_whisper_system_info(void) { return W.handle && W.system_info ? W.system_info() : ""; }
+double vp_whisper_compression_ratio(const char *text, size_t n) {
+    if (!text || n == 0) return 0;
+    uLongf size = compressBound((uLong)n);
+    Bytef *out = malloc(size);
+    if (!out) return 0;
+    double ratio = compress2(out, &size, (const Bytef *)text, (uLong)n, 9) == Z_OK && size > 0 ? (double)n / (double)size : 0;
+    free(out);
+    return ratio;
+}
+
+int vp_whisper_model_n_audio_ctx(vp_whisper_model *model) { return W.n_audio_ctx(model); }
 
 static void warm_up(vp_whisper_model *model);
 
@@ -275,8 +296,8 @@ vp_whisper_state *vp_whisper_state_new(vp_whisper_model *model) {
 void vp_whisper_state_free(vp_whisper_state *state) { if (state) W.free_state(state); }
 
 static bool should_abort(void *data) {
-    const volatile int *flag = (const volatile int *)data;
-    return atomic_load(&shutting_down) || (flag && *flag != 0);
+    const int *flag = (const int *)data;
+    return atomic_load(&shutting_down) || (flag && __atomic_load_n(flag, __ATOMIC_SEQ_CST) != 0);
 }
 
 int vp_whisper_run(vp_whisper_model *model, vp_whisper_state *state, const vp_whisper_request *r,
@@ -298,6 +319,7 @@ int vp_whisper_run(vp_whisper_model *model, vp_whisper_state *state, const vp_wh
     p->detect_language = false;
     if (beam) p->beam_search.beam_size = r->beam_size;
     if (!r->temperature_fallback) p->temperature_inc = 0.0f;
+    p->audio_ctx = r->audio_ctx > 0 ? r->audio_ctx : 0;
     p->abort_callback = should_abort;
     p->abort_callback_user_data = (void *)r->abort_flag;
     struct w_full_params copy = *p;
@@ -334,6 +356,7 @@ static void warm_up(vp_whisper_model *model) {
     r.no_timestamps = true;
     r.single_segment = true;
     r.max_tokens = 1;
+    r.audio_ctx = 64;  /* the same code paths as a whole window, at a twentieth of its cost */
     char error[256];
     (void)vp_whisper_run(model, state, &r, silence, 16000, error, sizeof error);
     vp_whisper_state_free(state);

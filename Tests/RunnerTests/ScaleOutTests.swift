@@ -102,7 +102,7 @@ struct ScaleOutTests {
     @Test("a bad nats: section is a located error; an unknown key too")
     func natsConfigurationErrors() throws {
         let dir = tempDir()
-        let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
+        let template = packageRoot.appendingPathComponent("Tests/Fixtures/serve-pocketsphinx.yaml").path
         let config = dir.appendingPathComponent("bad.yaml").path
         try """
             listen: { host: 127.0.0.1, port: 0 }

@@ -22,10 +22,11 @@ struct ServeTests {
     }
 
     /// Writes a serve configuration (routes on the bundled recognizer template) and starts the server.
-    static func start(maxSessions: Int = 10, idleMs: Int = 15000, rawLimits: String = "", extra: String = "", graceS: Int = 20, in dir: URL) throws -> (Running, Int) {
+    static func start(maxSessions: Int = 10, idleMs: Int = 15000, rawLimits: String = "", extra: String = "", graceS: Int = 20,
+                      template: String = "Tests/Fixtures/serve-pocketsphinx.yaml", in dir: URL) throws -> (Running, Int) {
         let port = freePort()
         let config = dir.appendingPathComponent("serve.yaml")
-        let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
+        let template = packageRoot.appendingPathComponent(template).path
         try """
             listen: { host: 127.0.0.1, port: \(port) }
             max_sessions: \(maxSessions)
@@ -105,15 +106,18 @@ struct ServeTests {
         #expect(!log.stderr.contains("s3cret-key") && !log.stdout.contains("s3cret-key"))
     }
 
-    @Test("plain WebSocket route: PCM in, JSON events out, the final transcript, a normal close")
+    @Test("plain WebSocket route on the bundled pipelines/serve-recognizer.yaml: PCM in, JSON events out, Whisper's final with its timings, a normal close")
     func websocketRoute() throws {
         let dir = tempDir()
-        let (server, port) = try Self.start(in: dir)
+        let (server, port) = try Self.start(template: "pipelines/serve-recognizer.yaml", in: dir)
         defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
-        let wav = try Self.speech(dir)
+        let wav = try Self.speech(dir, "please turn on the lights in the garage")
         let r = try Self.voicepipeLike("/usr/bin/python3", [Self.client, "websocket", "ws://127.0.0.1:\(port)/ws/recognize", wav, "--pace", "0"])
         #expect(r.status == 0, "\(r.stderr)")
-        #expect(r.stdout.split(separator: "\n").contains { $0.contains("\"final\":true") && $0.contains("garage door") }, "\(r.stdout)")
+        let finals = r.stdout.split(separator: "\n").filter { $0.contains("\"final\":true") }
+        // Whisper (the template's engine when installed, as scripts/test.sh does) writes capitals and punctuation
+        // and says what its decoding cost; PocketSphinx, the fallback, writes lower-case words only.
+        #expect(finals.contains { $0.contains("Please turn on the lights in the garage") && $0.contains("\"decode_ms\"") }, "\(r.stdout)")
         #expect(r.stdout.contains("closed 1000"), "\(r.stdout)")
     }
 
@@ -211,7 +215,7 @@ struct ServeTests {
     func wyomingRoute() throws {
         let dir = tempDir()
         let wyomingPort = Self.freePort()
-        let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
+        let template = packageRoot.appendingPathComponent("Tests/Fixtures/serve-pocketsphinx.yaml").path
         let (server, port) = try Self.start(extra: """
               - name: stt
                 protocol: wyoming
@@ -236,7 +240,7 @@ struct ServeTests {
     /// Starts serve with a Wyoming route (`stt`) on the recognizer template; returns the server, its HTTP and Wyoming ports.
     static func startWyoming(idleMs: Int = 15000, graceS: Int = 20, in dir: URL) throws -> (Running, Int, Int) {
         let wyomingPort = freePort()
-        let template = packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path
+        let template = packageRoot.appendingPathComponent("Tests/Fixtures/serve-pocketsphinx.yaml").path
         let (server, port) = try start(extra: """
               - name: stt
                 protocol: wyoming
@@ -360,7 +364,7 @@ struct ServeTests {
               - name: raw
                 path: /ws/recognize
                 protocol: websocket
-                graph: \(packageRoot.appendingPathComponent("pipelines/serve-recognizer.yaml").path)
+                graph: \(packageRoot.appendingPathComponent("Tests/Fixtures/serve-pocketsphinx.yaml").path)
             """.write(to: config, atomically: true, encoding: .utf8)
         let limit = openFiles.map { "ulimit -n \($0); " } ?? ""
         let server = try Running("/bin/bash", ["-c", "\(limit)exec '\(voicepipeBinary)' serve '\(config.path)'"])

@@ -48,9 +48,23 @@ typedef struct vp_whisper_request {
     bool single_segment;
     int max_tokens;             /* per segment, 0 = no limit */
     bool temperature_fallback;  /* retry at higher temperatures when the result looks like a loop */
-    /* Polled while decoding: a non-zero value aborts the request (the call returns non-zero). */
-    const volatile int *abort_flag;
+    /* Polled while decoding: a non-zero value aborts the request (the call returns non-zero). Written
+     * with vp_whisper_flag_set and read atomically: another thread sets it while this one decodes. */
+    const int *abort_flag;
+    int audio_ctx;              /* encoder frames (20 ms each) to run; 0 = the model's whole window (1500) */
 } vp_whisper_request;
+
+/* Sets or reads an abort flag atomically (the decoding thread polls it while another sets it). */
+void vp_whisper_flag_set(int *flag, int value);
+int vp_whisper_flag_get(const int *flag);
+
+/* The loaded library's CPU features as whisper.cpp prints them ("AVX = 1 | AVX2 = 1 | ..."), or "". */
+const char *vp_whisper_system_info(void);
+/* How many times smaller zlib makes `n` bytes of text (Whisper's compression-ratio test: text a decoder
+ * repeats in a loop compresses far better than speech, above about 2.4). 0 for empty text. */
+double vp_whisper_compression_ratio(const char *text, size_t n);
+/* The model's audio context (encoder frames in its 30 s window: 1500 for every Whisper model). */
+int vp_whisper_model_n_audio_ctx(vp_whisper_model *model);
 
 /* Decodes `n` mono 16 kHz samples in [-1, 1]. 0 on success. */
 /* Before the process exits: aborts the decodings that are running, waits for them (up to 30 s) and lets

@@ -94,6 +94,10 @@ public struct ASRTranscript: Sendable, Hashable {
     public var alternatives: [ASRAlternative]
     /// The language the engine heard, when it says (Whisper: a code such as `en` or `zh`).
     public var language: String?
+    /// Milliseconds the engine spent decoding a final (Whisper), when it says.
+    public var decodeMs: Int64?
+    /// Milliseconds a final waited for a decoder before its decoding began (Whisper), when the engine says.
+    public var queuedMs: Int64?
 
     /// Creates a transcript.
     public init(text: String, voiceID: String, seq: Int, startMs: Int64, endMs: Int64, words: [ASRWord] = [],

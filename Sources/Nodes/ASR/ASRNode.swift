@@ -77,6 +77,8 @@ public actor ASRNode: Node {
         if let language = t.language {
             fields.append(("language", .string(language)))
         }
+        if final, let decodeMs = t.decodeMs { fields.append(("decode_ms", .int(decodeMs))) }
+        if final, let queuedMs = t.queuedMs { fields.append(("queued_ms", .int(queuedMs))) }
         if !t.words.isEmpty {
             fields.append(("words", .array(t.words.map { w in
                 .object(["word": .string(w.word), "start_ms": .int(w.startMs), "end_ms": .int(w.endMs), "stable": .bool(w.stable)])

@@ -73,6 +73,8 @@ public struct WhisperEngine: ASREngine {
             var endMs: Int64 = 0
             var sincePartial: Int64 = 0
             var voicedSincePartial = false
+            // Set when the partial due now was skipped (counted once, tried again with the next audio).
+            var partialSkipped = false
             var pause = PauseTracker()
             var utteranceWallStart = ContinuousClock.now
             // A final decoded ahead, from the start of a pause in which the utterance may end: used when
@@ -114,8 +116,15 @@ public struct WhisperEngine: ASREngine {
                     let mediaMs = endMs - utterance.startMs
                     let wall = (ContinuousClock.now - utteranceWallStart).components
                     let wallMs = wall.seconds * 1000 + wall.attoseconds / 1_000_000_000_000_000
-                    guard partials, sincePartial >= partialIntervalMs, voicedSincePartial, mediaMs <= wallMs * 3 / 2 + 500,
-                          pool.hasFreeThread else { continue }
+                    guard partials, sincePartial >= partialIntervalMs, voicedSincePartial, mediaMs <= wallMs * 3 / 2 + 500 else { continue }
+                    // Finals first: a partial is skipped (and counted) while a final waits, the decoders are
+                    // behind, or other processes leave no core for it.
+                    guard pool.hasFreeThread else {
+                        if !partialSkipped { context.count("whisper_partials_skipped") }
+                        partialSkipped = true
+                        continue
+                    }
+                    partialSkipped = false
                     let start = partialState.state.withLock { state -> Bool in
                         if state.inFlight { return false }
                         if let ended = state.lastEnded, ContinuousClock.now - ended < state.lastCost { return false }
@@ -129,14 +138,23 @@ public struct WhisperEngine: ASREngine {
                     let snapshot = Array(samples.suffix(16000 * 30))
                     let partialEnd = endMs
                     let snapshotStartMs = partialEnd - Int64(snapshot.count) / 16
+                    let logger = context.logger
                     group.addTask {
                         let started = ContinuousClock.now
                         let decoding = try? await pool.decode(snapshot, request: quick, priority: .partial, session: session)
+                        if let decoding {
+                            logger.trace("whisper: partial of \(utterance.voiceID): \(snapshot.count / 16) ms decoded in \(Int(decoding.decodeMs)) ms, audio_ctx \(decoding.audioContext)")
+                        }
                         partialState.state.withLock { state in
                             state.inFlight = false
                             state.lastEnded = ContinuousClock.now
                             state.lastCost = decoding.map { .milliseconds($0.decodeMs) } ?? state.lastEnded! - started
                             guard state.openSeq == utterance.seq, let decoding else { return }
+                            // A partial whose decoding failed a check (a loop in a short context) is not shown.
+                            if let guarded = decoding.guarded {
+                                logger.debug("whisper: partial of \(utterance.voiceID) not shown: check \(guarded) tripped")
+                                return
+                            }
                             let text = Self.text(decoding)
                             guard !text.isEmpty, text != state.lastText else { return }
                             state.lastText = text
@@ -152,6 +170,7 @@ public struct WhisperEngine: ASREngine {
                     let audio = samples
                     let utteranceEnd = endMs
                     let logger = context.logger
+                    let counters = context
                     let ahead = early?.task
                     early = nil
                     if ahead != nil { context.count("whisper_early_finals") }
@@ -167,7 +186,16 @@ public struct WhisperEngine: ASREngine {
                                 decoding = try await pool.decode(audio, request: request, priority: .final, session: session)
                             }
                             if let decoding {
-                                logger.debug("whisper: utterance \(utterance.voiceID): \(audio.count / 16) ms decoded in \(Int(decoding.decodeMs)) ms\(ahead != nil ? " (ahead)" : "")")
+                                logger.debug("whisper: utterance \(utterance.voiceID): \(audio.count / 16) ms decoded in \(Int(decoding.decodeMs)) ms after \(Int(decoding.queuedMs)) ms queued, audio_ctx \(decoding.audioContext)\(decoding.retries.isEmpty ? "" : " after retries (\(decoding.retries.joined(separator: ", ")))")\(ahead != nil ? " (ahead)" : "")")
+                                for reason in decoding.retries {
+                                    counters.count("whisper_retries")
+                                    counters.count("whisper_guard_" + reason)
+                                }
+                                if !decoding.retries.isEmpty, decoding.audioContext >= WhisperAudioContext.window {
+                                    counters.count("whisper_full_window_retries")
+                                }
+                                transcript.decodeMs = Int64(decoding.decodeMs.rounded())
+                                transcript.queuedMs = Int64(decoding.queuedMs.rounded())
                                 transcript.text = Self.text(decoding)
                                 transcript.language = decoding.language
                                 if !transcript.text.isEmpty {
@@ -287,6 +315,8 @@ public struct WhisperEngine: ASREngine {
         public var translate: Bool?
         /// Decoder threads shared by everything that uses the model; nil = cores / threads.
         public var decoders: Int?
+        /// Encoder frames to run: `auto` (sized to the utterance; the default), `full` (the 30 s window) or a number.
+        public var audioCtx: String?
 
         /// The parameters that only `engine: whisper` uses (`language` is shared with pocketsphinx).
         public static let parameters = [
@@ -296,6 +326,7 @@ public struct WhisperEngine: ASREngine {
             ParamSpec("beam_size", .int(1...16), doc: "whisper: beam search width for finals (default 1: greedy; partials are always greedy)"),
             ParamSpec("initial_prompt", .string, doc: "whisper: text that conditions the decoder: names, spellings, punctuation style"),
             ParamSpec("translate", .bool, doc: "whisper: translate into English instead of transcribing (multilingual models)"),
+            ParamSpec("audio_ctx", .string, doc: "whisper: encoder frames (20 ms each) a decoding runs: `auto` (the default: the utterance's length plus 1.3 s, decoded again with a larger context, then the whole window, when the result looks like a loop), `full` (Whisper's whole 30 s window, always) or a number of frames (1...1500; longer utterances get more)"),
             ParamSpec("decoders", .int(1...64), doc: "whisper: decoding threads shared by every asr node and session using the model (default: cores / threads, at least 1; the pool only grows)"),
         ]
 
@@ -310,6 +341,9 @@ public struct WhisperEngine: ASREngine {
 
         public func problems(environment: [String: String]) -> [String] {
             var problems: [String] = []
+            if WhisperAudioContext(parameter: audioCtx) == nil {
+                problems.append("whisper: audio_ctx '\(audioCtx ?? "")': expected auto, full or a number of encoder frames in 1...\(WhisperAudioContext.window) (Whisper's window is \(WhisperAudioContext.window) frames of 20 ms)")
+            }
             if let language, language != "auto", !WhisperLanguages.codes.contains(language) {
                 let near = WhisperLanguages.codes.filter { $0.hasPrefix(language.prefix(1).lowercased()) }.prefix(8)
                 problems.append("whisper: unknown language '\(language)'; use auto or a Whisper language code (\(near.isEmpty ? "en, zh, de, es, fr, ja" : near.joined(separator: ", ")), ...)")
@@ -340,14 +374,20 @@ public struct WhisperEngine: ASREngine {
             guard let path = WhisperFiles.model(c.model, env.variables) else {
                 throw NodeError(.whisperModel, "node '\(env.id)': no whisper model: set model, or VOICEPIPE_WHISPER_MODEL, or run scripts/install-whisper.sh")
             }
-            try WhisperLibrary.load(env.variables)
+            try WhisperLibrary.load(env.variables, logger: env.logger)
             let model = try WhisperModel.shared(path: path)
             let threads = c.resolvedThreads
             model.pool.ensureWorkers(c.decoders ?? max(1, ProcessInfo.processInfo.activeProcessorCount / threads))
             var language = c.language ?? "auto"
             if !model.multilingual { language = "en" }
+            guard let audioContext = WhisperAudioContext(parameter: c.audioCtx) else {
+                throw NodeError(.whisperModel, "node '\(env.id)': whisper audio_ctx '\(c.audioCtx ?? "")': expected auto, full or 1...\(WhisperAudioContext.window)")
+            }
+            if model.audioContextFrames != WhisperAudioContext.window {
+                throw NodeError(.whisperModel, "node '\(env.id)': whisper model \(path) has an audio context of \(model.audioContextFrames) frames; voicepipe sizes contexts for Whisper's \(WhisperAudioContext.window)")
+            }
             let request = WhisperRequest(threads: threads, beamSize: c.beamSize ?? 1, translate: c.translate ?? false, language: language,
-                                         initialPrompt: c.initialPrompt, wordTimestamps: true, quick: false)
+                                         initialPrompt: c.initialPrompt, wordTimestamps: true, quick: false, audioContext: audioContext)
             return WhisperEngine(model: model, request: request, partialIntervalMs: Int64(node.partialIntervalMs), partials: true,
                                  earlyFinals: true)
         })

@@ -1,5 +1,6 @@
 import CWhisper
 import Foundation
+import Logging
 import PipelineCore
 import Synchronization
 
@@ -16,11 +17,56 @@ enum WhisperFiles {
     /// Project-local prefixes to look in.
     static var prefixes: [String] { ProjectDependencies.prefixes("whisper") }
 
-    /// The library file to load, or the bare name for the dynamic loader.
-    static func library(_ variables: [String: String]) -> String {
-        if let env = variables["VOICEPIPE_WHISPER_LIBRARY"], !env.isEmpty { return env }
-        for p in prefixes where FileManager.default.fileExists(atPath: p + "/lib/" + libraryName) { return p + "/lib/" + libraryName }
-        return libraryName
+    /// The library file to load, or the bare name for the dynamic loader: `VOICEPIPE_WHISPER_LIBRARY`, then
+    /// the build made for this machine (`native/lib`, scripts/build-whisper-native.sh) when this CPU has
+    /// every feature it was built for, then the wheel's (`lib`).
+    static func library(_ variables: [String: String]) -> String { librarySelection(variables).path }
+
+    /// The library to load and, when a machine build was passed over, why.
+    static func librarySelection(_ variables: [String: String]) -> (path: String, note: String?) {
+        if let env = variables["VOICEPIPE_WHISPER_LIBRARY"], !env.isEmpty { return (env, nil) }
+        var note: String?
+        for p in prefixes where FileManager.default.fileExists(atPath: p + "/native/lib/" + libraryName) {
+            let missing = missingFeatures(builtFor: p + "/native/FEATURES")
+            if missing.isEmpty { return (p + "/native/lib/" + libraryName, nil) }
+            note = "whisper: the machine build in \(p)/native was made for CPU features this CPU lacks (\(missing.joined(separator: ", "))); using the wheel's library (scripts/build-whisper-native.sh --force rebuilds it)"
+        }
+        for p in prefixes where FileManager.default.fileExists(atPath: p + "/lib/" + libraryName) { return (p + "/lib/" + libraryName, note) }
+        return (libraryName, note)
+    }
+
+    /// This CPU's feature flags (`/proc/cpuinfo`).
+    static let cpuFlags: Set<String> = {
+        guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("flags") }),
+              let colon = line.firstIndex(of: ":") else { return [] }
+        return Set(line[line.index(after: colon)...].split(separator: " ").map(String.init))
+    }()
+
+    /// The features named in a build's FEATURES file ("whisper.cpp from pywhispercpp 1.5.1 for: avx avx2 ...")
+    /// that this CPU does not list; every feature when the file cannot be read.
+    static func missingFeatures(builtFor file: String) -> [String] {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8), let colon = text.lastIndex(of: ":") else {
+            return ["(unreadable \(file))"]
+        }
+        let wanted = text[text.index(after: colon)...].split(whereSeparator: { $0 == " " || $0 == "\n" }).map { String($0) }
+        guard !cpuFlags.isEmpty else { return [] }
+        return wanted.filter { !cpuFlags.contains($0.replacingOccurrences(of: ".", with: "_")) }
+    }
+
+    /// The instruction sets whisper.cpp's system information says the library uses, by this CPU's flag
+    /// names, which the CPU does not list (the library would stop the process with SIGILL).
+    static func claimedButMissing(systemInfo: String) -> [String] {
+        guard !cpuFlags.isEmpty else { return [] }
+        let names = ["AVX": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
+                     "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AVX_VNNI": "avx_vnni", "AMX_INT8": "amx_int8", "BMI2": "bmi2"]
+        var missing: [String] = []
+        for part in systemInfo.split(separator: "|") {
+            let kv = part.split(separator: "=").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard kv.count == 2, kv[1] == "1", let flag = names[kv[0]] else { continue }
+            if !cpuFlags.contains(flag) { missing.append(kv[0]) }
+        }
+        return missing
     }
 
     /// The model file: `explicit` when given, else the environment's, else the installed default.
@@ -77,16 +123,24 @@ public enum WhisperLibrary {
     private static let loaded = Mutex<String?>(nil)
 
     /// Loads the library (once); throws naming the file and what went wrong.
-    static func load(_ variables: [String: String]) throws {
+    static func load(_ variables: [String: String], logger: Logger? = nil) throws {
         try loaded.withLock { (state: inout String?) throws in
             if state != nil { return }
-            let path = WhisperFiles.library(variables)
+            let (path, note) = WhisperFiles.librarySelection(variables)
+            if let note { logger?.info("\(note)") }
             var message = [CChar](repeating: 0, count: 512)
             guard vp_whisper_load(path, &message, message.count) == 0 else {
                 let why = cString(message)
                 throw NodeError(.whisperLibraryMissing,
                                 "asr engine whisper needs whisper.cpp's libwhisper, which could not be loaded from \(path) (\(why)); run scripts/install-whisper.sh, or set VOICEPIPE_WHISPER_LIBRARY to a libwhisper.so.1")
             }
+            let info = String(cString: vp_whisper_system_info()).trimmingCharacters(in: .whitespacesAndNewlines)
+            let missing = WhisperFiles.claimedButMissing(systemInfo: info)
+            guard missing.isEmpty else {
+                throw NodeError(.whisperLibraryMissing,
+                                "\(path) is built for CPU features this CPU lacks (\(missing.joined(separator: ", "))): it would stop the process; run scripts/build-whisper-native.sh --force, or set VOICEPIPE_WHISPER_LIBRARY to the wheel's .deps/whisper/lib/libwhisper.so.1")
+            }
+            logger?.debug("whisper: \(path) (whisper.cpp \(String(cString: vp_whisper_version()))), CPU features: \(info)")
             state = path
         }
     }
@@ -99,6 +153,8 @@ final class WhisperModel: @unchecked Sendable {
     let path: String
     let multilingual: Bool
     let type: String
+    /// Encoder frames in the model's window (1500 for Whisper's 30 s).
+    let audioContextFrames: Int
     /// Decoding threads for this model.
     let pool: WhisperDecoderPool
 
@@ -107,6 +163,7 @@ final class WhisperModel: @unchecked Sendable {
         self.path = path
         multilingual = vp_whisper_model_is_multilingual(pointer) != 0
         type = String(cString: vp_whisper_model_type(pointer))
+        audioContextFrames = Int(vp_whisper_model_n_audio_ctx(pointer))
         pool = WhisperDecoderPool(name: (path as NSString).lastPathComponent, context: pointer)
     }
 
@@ -143,8 +200,10 @@ struct WhisperRequest: Sendable {
     var language: String
     var initialPrompt: String?
     var wordTimestamps: Bool
-    /// Partials: one segment, no timestamps, a bounded number of tokens.
+    /// Partials: one segment, no timestamps, a bounded number of tokens, one try.
     var quick: Bool
+    /// How much of the encoder's window to run.
+    var audioContext: WhisperAudioContext = .auto
 }
 
 /// One decoded token.
@@ -163,14 +222,24 @@ struct WhisperSegment: Sendable {
     var t1: Int64
     var noSpeech: Float
     var tokens: [WhisperToken]
+    /// Every token the segment took, timestamps and control tokens included (what the token bound counts).
+    var rawTokenCount: Int = 0
 }
 
 /// What a decoding produced.
 struct WhisperDecoding: Sendable {
     var segments: [WhisperSegment]
     var language: String?
-    /// Wall time the decoder spent, in milliseconds.
+    /// Wall time the decoder spent, every try included, in milliseconds.
     var decodeMs: Double
+    /// Wall time the request waited for a decoder, in milliseconds.
+    var queuedMs: Double = 0
+    /// The encoder frames of the kept try (1500: the whole window).
+    var audioContext: Int = WhisperAudioContext.window
+    /// The checks that tripped on earlier tries (``WhisperGuard``), in order; empty when the first try stood.
+    var retries: [String] = []
+    /// Set on a partial whose only try failed a check: it is not shown.
+    var guarded: String?
 }
 
 /// A bounded pool of decoder threads for one model.
@@ -180,7 +249,9 @@ struct WhisperDecoding: Sendable {
 /// threads grow with the pool, not with the number of sessions. Finals go before partials; at most
 /// one partial per session waits (a newer one replaces it); when a final arrives and every thread is
 /// busy, a thread decoding a partial is told to abort, so partials never hold up a final for longer
-/// than whisper.cpp takes to notice (it polls between layers).
+/// than whisper.cpp takes to notice (it polls between graph nodes). Decodings start, and get threads,
+/// only as far as other processes leave cores free (``CoreBudget``): on a shared machine two decodings
+/// fighting over one core both finish late.
 final class WhisperDecoderPool: @unchecked Sendable {
     enum Priority { case final, partial }
 
@@ -192,6 +263,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
         let samples: [Float]
         let request: WhisperRequest
         let continuation: CheckedContinuation<WhisperDecoding?, any Error>
+        let enqueued = ContinuousClock.now
         init(id: UInt64, session: UInt64, priority: Priority, samples: [Float], request: WhisperRequest,
              continuation: CheckedContinuation<WhisperDecoding?, any Error>) {
             self.id = id
@@ -203,17 +275,20 @@ final class WhisperDecoderPool: @unchecked Sendable {
         }
     }
 
-    /// One decoder thread; `running` is read and written under the pool's `condition`, `abort` is
-    /// polled by whisper.cpp without the lock (a word-sized flag).
+    /// One decoder thread; `running` is read and written under the pool's `condition`; `abort` is set by
+    /// other threads and polled by whisper.cpp, both through atomic accessors (vp_whisper_flag_set/get).
     private final class Worker: @unchecked Sendable {
         let abort = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
         var running: Job?
         init() { abort.initialize(to: 0) }
+        func setAbort(_ value: Bool) { vp_whisper_flag_set(abort, value ? 1 : 0) }
+        var aborted: Bool { vp_whisper_flag_get(abort) != 0 }
     }
 
     let name: String
     /// The model's whisper.cpp context (never freed: models live as long as the process).
     private let context: OpaquePointer
+    let budget: CoreBudget
     // Everything below is guarded by `condition`.
     private let condition = NSCondition()
     private var finals: [Job] = []
@@ -222,9 +297,10 @@ final class WhisperDecoderPool: @unchecked Sendable {
     private var nextID: UInt64 = 0
     private var stats = (decoded: 0, aborted: 0, replaced: 0)
 
-    init(name: String, context: OpaquePointer) {
+    init(name: String, context: OpaquePointer, budget: CoreBudget = .shared) {
         self.name = name
         self.context = context
+        self.budget = budget
     }
 
     /// A new session key.
@@ -247,17 +323,23 @@ final class WhisperDecoderPool: @unchecked Sendable {
         }
     }
 
-    /// True when no final waits and a thread is free or only decoding a partial (which a final
-    /// aborts): work done ahead then delays no one's final.
+    /// Decodings running now (under `condition`).
+    private var runningCount: Int { workers.count { $0.running != nil } }
+
+    /// True when no final waits and a thread is free within the budget, or only decoding a partial (which
+    /// a final aborts): work done ahead then delays no one's final.
     var isIdle: Bool {
+        let allowed = budget.decodersAllowed
         condition.lock(); defer { condition.unlock() }
-        return finals.isEmpty && workers.contains { $0.running == nil || $0.running?.priority == .partial }
+        let free = workers.contains { $0.running == nil } && runningCount < allowed
+        return finals.isEmpty && (free || workers.contains { $0.running?.priority == .partial })
     }
 
-    /// True when a thread is free and nothing waits: a partial started now delays no one.
+    /// True when a thread is free within the budget and nothing waits: a partial started now delays no one.
     var hasFreeThread: Bool {
+        let allowed = budget.decodersAllowed
         condition.lock(); defer { condition.unlock() }
-        return finals.isEmpty && partials.isEmpty && workers.contains { $0.running == nil }
+        return finals.isEmpty && partials.isEmpty && workers.contains { $0.running == nil } && runningCount < allowed
     }
 
     /// Threads in the pool.
@@ -267,6 +349,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
     /// Cancelling the calling task removes the job, or aborts it if it is running.
     func decode(_ samples: [Float], request: WhisperRequest, priority: Priority, session: UInt64) async throws -> WhisperDecoding? {
         let id: UInt64 = { condition.lock(); defer { condition.unlock() }; nextID += 1; return nextID }()
+        let allowed = budget.decodersAllowed
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WhisperDecoding?, any Error>) in
                 let job = Job(id: id, session: session, priority: priority, samples: samples, request: request, continuation: continuation)
@@ -281,19 +364,18 @@ final class WhisperDecoderPool: @unchecked Sendable {
                 case .final:
                     finals.append(job)
                     // A partial of this session is now useless; a running partial of anyone yields
-                    // its thread when no thread is free.
+                    // its thread when no thread is free within the budget.
                     if let i = partials.firstIndex(where: { $0.session == session }) { replaced = partials.remove(at: i) }
-                    if !workers.contains(where: { $0.running == nil }) {
+                    if !workers.contains(where: { $0.running == nil }) || runningCount >= allowed {
                         let busyWithPartial = workers.filter { $0.running?.priority == .partial }
-                        let finalsWaiting = finals.count
-                        for worker in busyWithPartial.prefix(finalsWaiting) { worker.abort.pointee = 1 }
+                        for worker in busyWithPartial.prefix(finals.count) { worker.setAbort(true) }
                     }
                 case .partial:
                     if let i = partials.firstIndex(where: { $0.session == session }) { replaced = partials.remove(at: i) }
                     partials.append(job)
                 }
                 if replaced != nil { stats.replaced += 1 }
-                condition.signal()
+                condition.broadcast()
                 condition.unlock()
                 replaced?.continuation.resume(returning: nil)
             }
@@ -302,7 +384,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
             condition.lock()
             if let i = finals.firstIndex(where: { $0.id == id }) { removed = finals.remove(at: i) }
             else if let i = partials.firstIndex(where: { $0.id == id }) { removed = partials.remove(at: i) }
-            else if let worker = workers.first(where: { $0.running?.id == id }) { worker.abort.pointee = 1 }
+            else if let worker = workers.first(where: { $0.running?.id == id }) { worker.setAbort(true) }
             condition.unlock()
             removed?.continuation.resume(throwing: CancellationError())
         }
@@ -318,7 +400,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
             var error = [CChar](repeating: 0, count: 256)
             var warmup = vp_whisper_request(n_threads: 1, beam_size: 1, translate: false, language: nil, initial_prompt: nil,
                                             token_timestamps: false, no_timestamps: true, single_segment: true, max_tokens: 1,
-                                            temperature_fallback: false, abort_flag: nil)
+                                            temperature_fallback: false, abort_flag: nil, audio_ctx: 64)
             _ = "en".withCString { language in
                 warmup.language = language
                 return silence.withUnsafeBufferPointer { vp_whisper_run(context, state, &warmup, $0.baseAddress, Int32($0.count), &error, error.count) }
@@ -326,42 +408,99 @@ final class WhisperDecoderPool: @unchecked Sendable {
         }
         while true {
             condition.lock()
-            while finals.isEmpty && partials.isEmpty { condition.wait() }
-            let job = finals.isEmpty ? partials.removeFirst() : finals.removeFirst()
-            worker.running = job
-            worker.abort.pointee = 0
+            var job: Job?
+            var threads = 1
+            while job == nil {
+                if finals.isEmpty && partials.isEmpty {
+                    condition.wait()
+                    continue
+                }
+                // Within the budget: another decoding starts only while other processes leave a core for it.
+                // The budget is read again after a short wait (the other process may stop, or a decoding end).
+                let allowed = budget.decodersAllowed
+                let running = runningCount
+                if running >= allowed {
+                    _ = condition.wait(until: Date().addingTimeInterval(0.05))
+                    continue
+                }
+                job = finals.isEmpty ? partials.removeFirst() : finals.removeFirst()
+                threads = max(1, min(job!.request.threads, allowed - running))
+            }
+            let taken = job!
+            worker.running = taken
+            worker.setAbort(false)
             condition.unlock()
 
             var result: Result<WhisperDecoding?, any Error>
             if state == nil { state = vp_whisper_state_new(context) }
             if let state {
-                result = Result { try run(job, state: state, abort: worker.abort) }
+                let queued = ContinuousClock.now - taken.enqueued
+                result = Result {
+                    var decoding = try run(taken, threads: threads, state: state, abort: worker.abort)
+                    decoding.queuedMs = Double(queued.components.seconds) * 1000 + Double(queued.components.attoseconds) / 1e15
+                    return decoding
+                }
             } else {
                 result = .failure(NodeError(.whisperState, "whisper.cpp could not allocate a decoder for \(name) (out of memory?)"))
             }
 
             condition.lock()
-            let aborted = worker.abort.pointee != 0
+            let aborted = worker.aborted
             worker.running = nil
-            worker.abort.pointee = 0
+            worker.setAbort(false)
             if aborted { stats.aborted += 1 } else { stats.decoded += 1 }
+            condition.broadcast()
             condition.unlock()
-            if aborted, case .failure = result { result = job.priority == .partial ? .success(nil) : .failure(CancellationError()) }
-            job.continuation.resume(with: result)
+            if aborted, case .failure = result { result = taken.priority == .partial ? .success(nil) : .failure(CancellationError()) }
+            taken.continuation.resume(with: result)
         }
     }
 
-    private func run(_ job: Job, state: OpaquePointer, abort: UnsafeMutablePointer<Int32>) throws -> WhisperDecoding {
-        let r = job.request
+    /// Decodes a job: with the first context of its ladder, then, for a final whose result fails a check,
+    /// with the next, up to the whole window. A partial gets one try.
+    private func run(_ job: Job, threads: Int, state: OpaquePointer, abort: UnsafeMutablePointer<Int32>) throws -> WhisperDecoding {
         let started = ContinuousClock.now
+        let durationMs = job.samples.count / 16
+        let ladder = job.request.audioContext.ladder(samples: job.samples.count)
+        var retries: [String] = []
+        var decoding = WhisperDecoding(segments: [], language: nil, decodeMs: 0)
+        for (index, audioContext) in ladder.enumerated() {
+            decoding = try runOnce(job, threads: threads, audioContext: audioContext, durationMs: durationMs, state: state, abort: abort)
+            decoding.audioContext = audioContext
+            let last = index == ladder.count - 1
+            guard !last else { break }
+            let text = decoding.segments.map(\.text).joined(separator: " ")
+            let failure = WhisperGuard.failure(text: text, tokensPerSegment: decoding.segments.map(\.rawTokenCount),
+                                               durationMs: durationMs)
+            guard let failure else { break }
+            if job.request.quick {
+                decoding.guarded = failure
+                break
+            }
+            retries.append(failure)
+        }
+        let elapsed = ContinuousClock.now - started
+        decoding.decodeMs = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        decoding.retries = retries
+        return decoding
+    }
+
+    private func runOnce(_ job: Job, threads: Int, audioContext: Int, durationMs: Int, state: OpaquePointer,
+                         abort: UnsafeMutablePointer<Int32>) throws -> WhisperDecoding {
+        let r = job.request
         var error = [CChar](repeating: 0, count: 512)
+        // The token bound applies to a reduced context only, greedy at temperature 0: a loop there is caught by
+        // the checks and decoded again with a larger context. The whole window, the last resort, decodes as
+        // Whisper does (higher temperatures when the result looks like a loop).
+        // A partial is always bounded: a loop there would cost as much as several finals.
+        let maxTokens = r.quick || audioContext < WhisperAudioContext.window ? WhisperGuard.maxTokens(durationMs: durationMs) : 0
         let rc: Int32 = r.language.withCString { language in
             withOptionalCString(r.initialPrompt) { prompt in
                 var request = vp_whisper_request(
-                    n_threads: Int32(r.threads), beam_size: Int32(r.beamSize), translate: r.translate, language: language,
+                    n_threads: Int32(threads), beam_size: Int32(r.beamSize), translate: r.translate, language: language,
                     initial_prompt: prompt, token_timestamps: r.wordTimestamps && !r.quick, no_timestamps: r.quick,
-                    single_segment: r.quick, max_tokens: r.quick ? 96 : 0, temperature_fallback: !r.quick,
-                    abort_flag: UnsafePointer(abort))
+                    single_segment: r.quick, max_tokens: Int32(maxTokens), temperature_fallback: !r.quick && audioContext >= WhisperAudioContext.window,
+                    abort_flag: UnsafePointer(abort), audio_ctx: Int32(audioContext >= WhisperAudioContext.window ? 0 : audioContext))
                 return job.samples.withUnsafeBufferPointer { samples in
                     vp_whisper_run(context, state, &request, samples.baseAddress, Int32(samples.count), &error, error.count)
                 }
@@ -381,13 +520,12 @@ final class WhisperDecoderPool: @unchecked Sendable {
             }
             segments.append(WhisperSegment(text: String(cString: vp_whisper_segment_text(state, s)),
                                            t0: vp_whisper_segment_t0(state, s), t1: vp_whisper_segment_t1(state, s),
-                                           noSpeech: vp_whisper_segment_no_speech(state, s), tokens: tokens))
+                                           noSpeech: vp_whisper_segment_no_speech(state, s), tokens: tokens,
+                                           rawTokenCount: Int(vp_whisper_n_tokens(state, s))))
         }
         let languageID = vp_whisper_detected_language(state)
         let language = languageID >= 0 ? String(cString: vp_whisper_lang_str(languageID)) : nil
-        let elapsed = ContinuousClock.now - started
-        return WhisperDecoding(segments: segments, language: language,
-                               decodeMs: Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+        return WhisperDecoding(segments: segments, language: language, decodeMs: 0)
     }
 }
 

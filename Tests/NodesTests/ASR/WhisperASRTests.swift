@@ -107,6 +107,31 @@ struct WhisperASRTests {
         #expect(!finals.isEmpty && finals.allSatisfy { $0["language"]?.stringValue == "en" })
     }
 
+    @Test("audio_ctx auto hears what the whole window hears, and finals say what their decoding cost and waited")
+    func audioContextAuto() async throws {
+        let wav = try Speech.wav(Self.sentences, voice: "rms")
+        var texts: [String: [String]] = [:]
+        for ctx in ["auto", "full", "256"] {
+            let events = try await runGraph(Self.graph(wav, asr: "{ type: asr, engine: whisper, model: \"\(Self.tiny)\", audio_ctx: \(ctx) }"))
+            #expect(events.named("error").isEmpty, "\(ctx): \(events.named("error"))")
+            let finals = events.named("transcript").filter { $0["final"]?.boolValue == true }
+            #expect(finals.count == Self.sentences.count, "\(ctx): \(events.finalTexts)")
+            for f in finals {
+                let decode = try #require(f["decode_ms"]?.intValue, "\(ctx): \(f)")
+                let queued = try #require(f["queued_ms"]?.intValue, "\(ctx): \(f)")
+                #expect(decode > 0 && queued >= 0)
+            }
+            // Partials carry neither.
+            #expect(events.named("transcript").filter { $0["final"]?.boolValue == false }.allSatisfy { $0["decode_ms"] == nil })
+            texts[ctx] = finals.map { $0["text"]?.stringValue ?? "" }
+        }
+        let reference = Self.sentences.joined(separator: " ")
+        for (ctx, words) in texts {
+            let wer = Speech.wordErrorRate(reference: reference, hypothesis: words.joined(separator: " "))
+            #expect(wer <= 0.05, "audio_ctx \(ctx): WER \(wer): \(words)")
+        }
+    }
+
     @Test("two asr nodes on one model share one loaded copy and one bounded pool of decoder threads")
     func sharesModel() async throws {
         let wav = try Speech.wav(Array(Self.sentences.prefix(3)), voice: "slt")
@@ -152,7 +177,7 @@ struct WhisperASRTests {
         #expect(Speech.words(events.finalTexts.joined(separator: " ")) == ["open", "the", "door", "please"], "\(events.finalTexts)")
     }
 
-    @Test("validation names a missing model, a file that is not a ggml model, an unknown language and a language tiny.en cannot do")
+    @Test("validation names a missing model, a file that is not a ggml model, an unknown language, a language tiny.en cannot do and an audio_ctx the window cannot hold")
     func validation() throws {
         let notModel = temporaryPath("model.bin")
         try Data("this is not a whisper model, it is a sentence long enough to fill a header".utf8).write(to: URL(fileURLWithPath: notModel))
@@ -163,6 +188,8 @@ struct WhisperASRTests {
             ("{ type: asr, engine: whisper, model: \"\(Self.tiny)\", language: zh }", ["English-only", "'zh'"]),
             ("{ type: asr, engine: whisper, model: \"\(Self.tiny)\", translate: true }", ["English-only", "cannot translate"]),
             ("{ type: asr, engine: pocketsphinx, beam_size: 3 }", ["'beam_size' belongs to engine whisper"]),
+            ("{ type: asr, engine: whisper, model: \"\(Self.tiny)\", audio_ctx: 2000 }", ["audio_ctx '2000'", "1...1500"]),
+            ("{ type: asr, engine: whisper, model: \"\(Self.tiny)\", audio_ctx: half }", ["audio_ctx 'half'", "auto, full"]),
         ]
         for (asr, expected) in cases {
             let yaml = """

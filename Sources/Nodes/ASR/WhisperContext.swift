@@ -1,0 +1,111 @@
+import CWhisper
+import Foundation
+
+/// How much of Whisper's 30 s encoder window a decoding runs (`asr` `audio_ctx`).
+///
+/// Whisper's encoder turns 30 s of audio into 1500 frames of 20 ms, whatever the utterance's length, so
+/// a 2 s utterance pays for 30 s of encoding. whisper.cpp can run the encoder over the first N frames
+/// only; the decoder's cross-attention then reads N frames too. `auto` sizes N to the utterance with a
+/// margin of silence after it; short contexts make small models loop more often, so every decoding with
+/// a reduced context is checked (``WhisperGuard``) and decoded again with a larger one when a check trips.
+enum WhisperAudioContext: Sendable, Hashable, CustomStringConvertible {
+    /// Sized to each utterance (the default).
+    case auto
+    /// The model's whole window, as Whisper was trained.
+    case full
+    /// At least this many encoder frames (more when the utterance is longer).
+    case frames(Int)
+
+    /// Encoder frames per second of audio (20 ms each).
+    static let framesPerSecond = 50
+    /// The model's window (every Whisper model: 30 s).
+    static let window = 1500
+    /// Silence kept after the utterance in `auto` (frames): the decoder sees where the speech ends.
+    static let margin = 64
+    /// Contexts are rounded up to a multiple of this (ggml's kernels like aligned sizes).
+    static let step = 32
+    /// The smallest context `auto` runs.
+    static let minimum = 128
+
+    /// Parses the parameter: `auto`, `full` or a number of frames (1...1500); nil when it is none of these.
+    init?(parameter: String?) {
+        guard let parameter else { self = .auto; return }
+        switch parameter.trimmingCharacters(in: .whitespaces).lowercased() {
+        case "", "auto": self = .auto
+        case "full", "0": self = .full
+        default:
+            guard let n = Int(parameter), n >= 1, n <= Self.window else { return nil }
+            self = .frames(n)
+        }
+    }
+
+    var description: String {
+        switch self {
+        case .auto: "auto"
+        case .full: "full"
+        case .frames(let n): String(n)
+        }
+    }
+
+    /// The frames `samples` (16 kHz) occupy, rounded up.
+    static func framesNeeded(samples: Int) -> Int { (samples * framesPerSecond + 15_999) / 16_000 }
+
+    static func roundUp(_ n: Int) -> Int { (n + step - 1) / step * step }
+
+    /// The contexts to try, in order, for `samples` of audio (16 kHz): the first that passes the checks is
+    /// kept; the last is always the whole window. A context of `window` means the whole window.
+    func ladder(samples: Int) -> [Int] {
+        let needed = Self.framesNeeded(samples: samples)
+        let first: Int
+        switch self {
+        case .full: return [Self.window]
+        case .auto: first = max(Self.minimum, Self.roundUp(needed + Self.margin))
+        case .frames(let n): first = max(n, Self.roundUp(needed + Self.margin / 2))
+        }
+        guard first < Self.window else { return [Self.window] }
+        let second = Self.roundUp(max(first * 2, first + 256))
+        return second < Self.window ? [first, second, Self.window] : [first, Self.window]
+    }
+}
+
+/// Checks that catch a decoding that went wrong, the failures short contexts cause in small models: the
+/// same words over and over, text that compresses too well (Whisper's own test: ratio above 2.4), more
+/// words than anyone says in the time, or a segment that ran into the token bound.
+enum WhisperGuard {
+    /// Whisper's compression-ratio threshold.
+    static let compressionThreshold = 2.4
+
+    /// Tokens a segment may take for audio of `durationMs`: twice fast speech (about 4 tokens a second)
+    /// plus room for timestamps and punctuation.
+    static func maxTokens(durationMs: Int) -> Int { 16 + durationMs * 8 / 1000 }
+
+    /// Why the decoding looks wrong, or nil: `repetition`, `compression`, `length` or `token_limit`.
+    static func failure(text: String, tokensPerSegment: [Int], durationMs: Int) -> String? {
+        let limit = maxTokens(durationMs: durationMs)
+        if tokensPerSegment.contains(where: { $0 >= limit - 1 }) { return "token_limit" }
+        let words = text.lowercased().split(whereSeparator: { $0.isWhitespace }).map { $0.filter { $0.isLetter || $0.isNumber } }.filter { !$0.isEmpty }
+        if words.count > 4 + durationMs * 6 / 1000 { return "length" }
+        if repeats(words) { return "repetition" }
+        let bytes = Array(text.utf8)
+        if bytes.count >= 40, vp_whisper_compression_ratio(bytes, bytes.count) > compressionThreshold { return "compression" }
+        return nil
+    }
+
+    /// True when a run of 1 to 4 words repeats back to back: a single word 5 times, a longer phrase 4 times.
+    static func repeats(_ words: [String]) -> Bool {
+        for n in 1...4 {
+            let needed = n == 1 ? 5 : 4
+            guard words.count >= n * needed else { continue }
+            var i = 0
+            while i + n * needed <= words.count {
+                var count = 1
+                while i + (count + 1) * n <= words.count, Array(words[(i + count * n)..<(i + (count + 1) * n)]) == Array(words[i..<(i + n)]) {
+                    count += 1
+                }
+                if count >= needed { return true }
+                i += 1
+            }
+        }
+        return false
+    }
+}

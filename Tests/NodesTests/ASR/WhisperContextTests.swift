@@ -1,0 +1,98 @@
+import Foundation
+import Testing
+@testable import Nodes
+
+/// The audio context sized to the utterance, the checks that send a decoding back to a larger context, and
+/// the core budget that bounds decodings running at once: the pure parts, without a model.
+@Suite("Whisper audio context")
+struct WhisperContextTests {
+    @Test("audio_ctx parses auto, full and a number of frames, and refuses anything else")
+    func parses() {
+        #expect(WhisperAudioContext(parameter: nil) == .auto)
+        #expect(WhisperAudioContext(parameter: "auto") == .auto)
+        #expect(WhisperAudioContext(parameter: "full") == .full)
+        #expect(WhisperAudioContext(parameter: "0") == .full)
+        #expect(WhisperAudioContext(parameter: "512") == .frames(512))
+        #expect(WhisperAudioContext(parameter: "1500") == .frames(1500))
+        #expect(WhisperAudioContext(parameter: "1501") == nil)
+        #expect(WhisperAudioContext(parameter: "-3") == nil)
+        #expect(WhisperAudioContext(parameter: "half") == nil)
+    }
+
+    @Test("auto: the utterance's frames plus a margin, then a larger context, then the whole window")
+    func ladder() {
+        // 2 s = 100 frames; + 64 of margin, rounded up to 32: 192; then twice that, rounded: 384... at least +256: 448.
+        #expect(WhisperAudioContext.auto.ladder(samples: 32_000) == [192, 448, 1500])
+        // A short utterance still gets the smallest context.
+        #expect(WhisperAudioContext.auto.ladder(samples: 4_000) == [128, 384, 1500])
+        // 12 s = 600 frames -> 672, then 1344, then the window.
+        #expect(WhisperAudioContext.auto.ladder(samples: 192_000) == [672, 1344, 1500])
+        // 20 s: the second step would pass the window.
+        #expect(WhisperAudioContext.auto.ladder(samples: 320_000) == [1088, 1500])
+        // Longer than the window less its margin: the whole window at once.
+        #expect(WhisperAudioContext.auto.ladder(samples: 16_000 * 29) == [1500])
+        #expect(WhisperAudioContext.auto.ladder(samples: 16_000 * 45) == [1500])
+        #expect(WhisperAudioContext.full.ladder(samples: 16_000) == [1500])
+        // A number is a floor: kept for short utterances, raised for long ones.
+        #expect(WhisperAudioContext.frames(512).ladder(samples: 32_000) == [512, 1024, 1500])
+        #expect(WhisperAudioContext.frames(256).ladder(samples: 16_000 * 10) == [544, 1088, 1500])
+        // Every ladder ends with the whole window and grows.
+        for seconds in stride(from: 0.1, through: 40, by: 0.7) {
+            let ladder = WhisperAudioContext.auto.ladder(samples: Int(seconds * 16_000))
+            #expect(ladder.last == 1500 && ladder == ladder.sorted() && Set(ladder).count == ladder.count, "\(seconds) s: \(ladder)")
+            #expect(ladder[0] >= min(1500, WhisperAudioContext.framesNeeded(samples: Int(seconds * 16_000))), "\(seconds) s: \(ladder)")
+        }
+    }
+
+    @Test("the checks pass ordinary sentences and catch loops, runaway length, compressible text and the token bound")
+    func guards() {
+        let ok = [("Please turn on the lights in the garage.", 2_500), ("The meeting starts at 10 o'clock.", 2_000),
+                  ("No, no, no, I said the blue one.", 2_200), ("Thank you very much.", 1_200),
+                  ("We need more information about the project before we can decide what to do next week.", 5_000)]
+        for (text, ms) in ok {
+            #expect(WhisperGuard.failure(text: text, tokensPerSegment: [12], durationMs: ms) == nil, "\(text)")
+        }
+        #expect(WhisperGuard.failure(text: "the the the the the the", tokensPerSegment: [8], durationMs: 3_000) == "repetition")
+        #expect(WhisperGuard.failure(text: "I'm going to, I'm going to, I'm going to, I'm going to", tokensPerSegment: [20], durationMs: 6_000) == "repetition")
+        let runaway = Array(repeating: "word", count: 3).joined(separator: " ") + " " + (1...30).map { "w\($0)" }.joined(separator: " ")
+        #expect(WhisperGuard.failure(text: runaway, tokensPerSegment: [10], durationMs: 2_000) == "length")
+        // Eight different words six times over: no short phrase repeats back to back, but the text compresses.
+        let compressible = String(repeating: "one two three four five six seven eight ", count: 6)
+        #expect(WhisperGuard.failure(text: compressible, tokensPerSegment: [30], durationMs: 20_000) == "compression")
+        #expect(WhisperGuard.failure(text: "Hello there.", tokensPerSegment: [WhisperGuard.maxTokens(durationMs: 1_000)], durationMs: 1_000) == "token_limit")
+        #expect(WhisperGuard.maxTokens(durationMs: 2_000) == 32)
+    }
+
+    @Test("the core budget: decodings allowed follow the free cores, at least one")
+    func budget() {
+        #expect(CoreBudget(cores: 2, fixedFree: 2).decodersAllowed == 2)
+        #expect(CoreBudget(cores: 2, fixedFree: 1.1).decodersAllowed == 1)
+        #expect(CoreBudget(cores: 2, fixedFree: 1.8).decodersAllowed == 2)
+        #expect(CoreBudget(cores: 2, fixedFree: 0).decodersAllowed == 1)
+        #expect(CoreBudget(cores: 8, fixedFree: 5.5).decodersAllowed == 5)
+    }
+
+    @Test("the core budget sees another process keep a core busy, and not its own work")
+    func budgetReadsLoad() async throws {
+        let budget = CoreBudget(cores: ProcessInfo.processInfo.activeProcessorCount, interval: .milliseconds(200))
+        _ = budget.freeCores
+        // This process spinning does not count against the budget.
+        let spinUntil = ContinuousClock.now + .milliseconds(400)
+        var x = 0.0
+        while ContinuousClock.now < spinUntil { x += 1 }
+        let whileOwnWork = budget.freeCores
+        #expect(x > 0)
+        // Another process spinning at normal priority does.
+        let spinner = Process()
+        spinner.executableURL = URL(fileURLWithPath: "/bin/sh")
+        spinner.arguments = ["-c", "while :; do :; done"]
+        try spinner.run()
+        defer { spinner.terminate(); spinner.waitUntilExit() }
+        try await Task.sleep(for: .milliseconds(250))
+        _ = budget.freeCores
+        try await Task.sleep(for: .milliseconds(600))
+        let whileOther = budget.freeCores
+        #expect(whileOther <= Double(budget.cores) - 0.6, "free \(whileOther) of \(budget.cores) with a spinning process (own work alone: \(whileOwnWork))")
+        #expect(whileOther >= 0 && whileOwnWork <= Double(budget.cores))
+    }
+}
