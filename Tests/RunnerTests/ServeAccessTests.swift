@@ -56,6 +56,9 @@ struct ServeAccessTests {
         // Session WebSockets: a client that is not a browser (no Origin) as before; a browser page only
         // from a loopback origin, a listed one, or this server itself by its address.
         #expect(try Self.status(port, "/ws/recognize", upgrade: true) == 101)
+        // WebSocket client libraries that send an Origin send ws://HOST, which no browser does.
+        #expect(try Self.status(port, "/ws/recognize", ["Origin: ws://127.0.0.1"], upgrade: true) == 101)
+        #expect(try Self.status(port, "/ws/recognize", ["Origin: wss://asr.example"], upgrade: true) == 101)
         #expect(try Self.status(port, "/ws/recognize", ["Origin: http://evil.example"], upgrade: true) == 403)
         #expect(try Self.status(port, "/ws/recognize", ["Origin: null"], upgrade: true) == 403)
         #expect(try Self.status(port, "/ws/recognize", ["Host: evil.example:\(port)", "Origin: http://evil.example:\(port)"], upgrade: true) == 403,

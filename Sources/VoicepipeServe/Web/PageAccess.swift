@@ -19,9 +19,10 @@ import Glibc
 ///   site that has its name resolve to 127.0.0.1 (DNS rebinding) sends its own name as `Host`, and is
 ///   refused (403).
 ///
-/// Session WebSockets (the routes' paths): clients that are not browsers send no `Origin` and are let
-/// through as before (routes check their own credentials, as Tencent's signature). A browser always
-/// sends the page's origin; the upgrade is refused (403) unless that origin is a loopback one, is
+/// Session WebSockets (the routes' paths): clients that are not browsers send no `Origin`, or one that
+/// no browser sends (`ws://host`, as some WebSocket client libraries do), and are let through as before
+/// (routes check their own credentials, as Tencent's signature). A browser always sends the page's
+/// origin (`http(s)://…`, or `null`); the upgrade is refused (403) unless that origin is a loopback one, is
 /// listed in `allowed_origins`, or is this server itself (the talk page) — same host and port as `Host`
 /// — with a `Host` that a rebinding page cannot send: an IP address, a loopback name, or any name when
 /// the request carries the console token (which the talk page adds when it has one).
@@ -87,7 +88,7 @@ struct PageAccess: Sendable {
             if let host = r.host, !isTrustedHost(host) {
                 return .refused(status: 403, reason: "this page answers to a loopback name only (Host: localhost or 127.0.0.1), not to '\(Self.shown(host))'; set console.token to open it to other names")
             }
-            if let origin = r.origin, !isAllowedOrigin(origin) {
+            if let origin = r.origin, Self.isBrowserOrigin(origin), !isAllowedOrigin(origin) {
                 return .refused(status: 403, reason: "requests from the page at '\(Self.shown(origin))' are refused; add it to console.allowed_origins to allow it")
             }
             return .allowed
@@ -109,7 +110,7 @@ struct PageAccess: Sendable {
             case .none: break
             }
         }
-        guard let origin = r.origin else { return .allowed }   // not a browser
+        guard let origin = r.origin, Self.isBrowserOrigin(origin) else { return .allowed }   // not a browser
         if isAllowedOrigin(origin) { return .allowed }
         if let o = Self.originHostPort(origin), let host = r.host, let h = Self.hostPort(host), o == h,
            carriesToken || Self.isIPLiteral(h.host) || Self.isLoopbackName(h.host) {
@@ -151,6 +152,13 @@ struct PageAccess: Sendable {
         if allowedOrigins.contains(o) { return true }
         guard let h = Self.originHostPort(o) else { return false }
         return Self.isLoopbackName(h.host) || Self.isLoopbackAddress(h.host)
+    }
+
+    /// An origin a browser sends: a page's `http(s)://…`, or `null` (a sandboxed or local page).
+    /// WebSocket client libraries that send one send `ws://host`, which no browser does.
+    static func isBrowserOrigin(_ origin: String) -> Bool {
+        let o = origin.trimmingCharacters(in: .whitespaces).lowercased()
+        return o.hasPrefix("http://") || o.hasPrefix("https://") || o == "null" || !o.contains("://")
     }
 
     /// `scheme://host[:port]` in lower case without a default port; nil for anything else (`null`, a path).
