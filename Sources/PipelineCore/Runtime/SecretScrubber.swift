@@ -40,7 +40,9 @@ public final class SecretScrubber: Sendable {
     private func addAll(_ value: ParamValue, secret: Bool) {
         switch value {
         case .string(let s):
-            if secret { add(s) }
+            // A URL given as a secret parameter (nats-sink's url) is secret for its password only: the
+            // address itself names the peer in messages.
+            if secret && !s.contains("://") { add(s) }
             addURLPasswords(s)
         case .int(let i): if secret { add(String(i)) }
         case .double(let d): if secret { add(String(d)) }

@@ -204,6 +204,11 @@ struct ResponderBoundsTests {
         #expect(s.scrub("url https://bob:pa@ss-word@example.com") == "url https://bob:(secret)@example.com")
         #expect(s.scrub("cut short sk-abc/d…") == "cut short (secret)…")
         #expect(s.scrub("model not-secret-model") == "model not-secret-model")
+        // A secret URL parameter hides its password, not the address.
+        let nats = SecretScrubber(config: NodeConfig(id: "n", type: "t", values: ["url": .string("nats://app:s3cretpw@10.0.0.9:4222")]),
+                                  parameters: [ParamSpec("url", .string, secret: true, doc: "")])
+        #expect(nats.scrub("nats://app:s3cretpw@10.0.0.9:4222 refused") == "nats://app:(secret)@10.0.0.9:4222 refused")
+        #expect(nats.scrub("connecting to 10.0.0.9:4222") == "connecting to 10.0.0.9:4222")
         let event = s.scrub(Event("error", fields: [("message", "x sk-abc/def+ghi"), ("list", .array(["pa@ss-word"]))]))
         #expect(event.jsonLine().contains("sk-abc") == false && event.jsonLine().contains("pa@ss") == false)
     }
