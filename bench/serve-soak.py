@@ -10,7 +10,8 @@ Wyoming: one transcript holding both). Every 2 s a hostile client
 of one of these classes (the ones the tests cover) is started, in turn:
   malformed HTTP, a connection that sends nothing, one byte a second, a bad signature, an old signature,
   Wyoming garbage, Wyoming audio-start then silence, a WebSocket message over the size limit,
-  a client that streams and never reads, a session cut off mid-stream.
+  a client that streams and never reads, a session cut off mid-stream, a session WebSocket from a foreign
+  page's origin, the console asked under a rebound name, a request with a thousand token guesses.
 Every 10 s: VmRSS, open descriptors, threads. At the end: whether they are flat after warm-up (the first
 fifth of the run): the last fifth's mean against the second fifth's, and every good session's result."""
 import argparse, asyncio, importlib.util, json, os, random, socket, subprocess, sys, tempfile, time
@@ -164,6 +165,14 @@ HOSTILE = [
     ("oversized-message", lambda p, w, a, r: ws_attempt(f"ws://127.0.0.1:{p}/ws/recognize", binary=[b"\0" * (2 << 20)])),
     ("never-reads", lambda p, w, a, r: ws_attempt(f"ws://127.0.0.1:{p}/ws/recognize", read=False, binary=[a[i:i + 3200] for i in range(0, len(a), 3200)])),
     ("cut-mid-stream", lambda p, w, a, r: ws_attempt(c.tencent_url(f"ws://127.0.0.1:{p}", APPID, SID, SKEY), read=False, binary=[a[:len(a) // 3]])),
+    # A page of another site: a session WebSocket from its origin, the console under its rebound name, and
+    # a request carrying thousands of token guesses (403, 403 and 400).
+    ("foreign-origin", lambda p, w, a, r: raw(p, b"GET /ws/recognize HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
+                                                 b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                                 b"Sec-WebSocket-Version: 13\r\n\r\n")),
+    ("rebinding-host", lambda p, w, a, r: raw(p, b"GET /console/sessions.json HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")),
+    ("many-tokens", lambda p, w, a, r: raw(p, b"GET /console?" + b"&".join(b"token=%d" % i for i in range(1000))
+                                              + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")),
 ]
 
 

@@ -23,6 +23,9 @@ public struct TencentASREngine: ASREngine {
     public var segmentsUnmarkedAudio: Bool { true }
 
     public func run(inputs: ASRInputs, results: ASRResults, context: NodeContext) async throws {
+        // Credentials from the environment are secrets too: kept out of events and logs.
+        context.secrets.add(configuration.secretID)
+        context.secrets.add(configuration.secretKey)
         let session = TencentASRSession(
             config: configuration, results: results, clock: context.clock,
             makePacer: { context.makePacer() }, logger: context.logger,

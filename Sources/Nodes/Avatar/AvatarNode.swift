@@ -27,6 +27,9 @@ public actor AvatarNode: Node {
 
     public func run(_ context: NodeContext) async throws {
         let s = settings
+        // Credentials from the environment are secrets too: kept out of events and logs.
+        context.secrets.add(s.api.appkey)
+        context.secrets.add(s.api.accessToken)
         let client: IVHClient
         do {
             client = try IVHClient(s.api)

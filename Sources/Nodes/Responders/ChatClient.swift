@@ -188,6 +188,21 @@ struct ResponderFailure: Error, Sendable, CustomStringConvertible {
         case unreachable
         /// An answer that is not what the protocol says (another status, bad JSON, an error in the stream).
         case badResponse = "bad_response"
+        /// The answer passed its length bound (`max_answer_chars`, `max_answer_bytes`): the rest was not read.
+        case answerTooLong = "answer_too_long"
+        /// The answer took longer than `answer_timeout_ms` in all.
+        case answerTimeout = "answer_timeout"
+
+        /// A bound of the node's (not the server's failure): what came before it is kept.
+        var isBound: Bool { self == .answerTooLong || self == .answerTimeout }
+        /// The node's counter of the bound.
+        var counter: String? {
+            switch self {
+            case .answerTooLong: "answers_too_long"
+            case .answerTimeout: "answer_timeouts"
+            default: nil
+            }
+        }
 
         /// Worth another attempt (the server may answer next time).
         var retryable: Bool { self == .http429 || self == .http5xx || self == .unreachable }
@@ -468,7 +483,22 @@ struct ChatClient: Sendable {
         return false
     }
 
-    /// Reads a body up to `limit` bytes.
+    /// Reads a whole body of at most `limit` bytes; past it, stops reading (the request is closed) and
+    /// throws `answer_too_long` naming `parameter`.
+    static func collectBounded(_ body: HTTPClientResponse.Body, limit: Int, parameter: String, url: String,
+                               activity: ResponderActivity) async throws -> [UInt8] {
+        var out: [UInt8] = []
+        for try await part in body {
+            activity.touch()
+            guard out.count + part.readableBytes <= limit else {
+                throw ResponderFailure(.answerTooLong, "the answer from \(url) passed \(parameter) (\(limit) bytes); the rest was not read and the request was closed")
+            }
+            out += part.readableBytesView
+        }
+        return out
+    }
+
+    /// Reads a body up to `limit` bytes (an error body: its start is enough).
     static func collect(_ body: HTTPClientResponse.Body, limit: Int, activity: ResponderActivity) async throws -> [UInt8] {
         var out: [UInt8] = []
         for try await part in body {

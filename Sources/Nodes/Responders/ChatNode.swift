@@ -19,7 +19,11 @@ import PipelineCore
 /// Events: `response_start` (`text` asked), `response_end` (`text` answered — passed on, when cut
 /// short —, `first_token_ms`, `total_ms`, `sentences`, and `interrupted`, `played` when cut short)
 /// and `error` (`code` `http_429`, `http_5xx`, `timeout`, `unreachable` or `bad_response`,
-/// `message`, `text` asked, `attempts`, `status`, `answered` when part of the answer was passed on). 429, 5xx and an unreachable server are tried again `reconnect_attempts` times with
+/// `message`, `text` asked, `attempts`, `status`, `answered` when part of the answer was passed on).
+/// Every answer is bounded: past `max_answer_chars` characters, or `answer_timeout_ms` after the
+/// request, the request is closed, what came before is passed on and kept, and an `error` with code
+/// `answer_too_long` or `answer_timeout` (and `limit`, the parameter) says so; both are counted.
+/// `max_tokens` is sent to the server (by default half of `max_answer_chars`). 429, 5xx and an unreachable server are tried again `reconnect_attempts` times with
 /// back-off (never once part of the answer was passed on); then the turn is given up and the node
 /// goes on with the next text. `api_key` goes in the `Authorization` header only.
 ///
@@ -34,6 +38,8 @@ public actor ChatNode: Node {
         var pts: Int64
         var sent: [String] = []
         var answer = ""
+        /// Characters of `answer`.
+        var answerChars = 0
         var firstToken: Duration?
         var interrupted = false
         /// What was played, from an `interrupted` event.
@@ -52,13 +58,18 @@ public actor ChatNode: Node {
     let system: String
     let policy: ResponderRetryPolicy
     let timeout: Duration
+    /// Longest answer, in characters, and longest time for a whole answer (retries included).
+    let maxAnswerChars: Int
+    let answerTimeout: Duration
     private(set) var history: ChatHistory
     private var turn: Turn?
     private var splitter = ResponderSentences()
 
     init(configuration c: Configuration) {
         client = ChatClient(endpoint: ChatClient.endpoint(base: c.url), model: c.model, apiKey: c.apiKey ?? "",
-                            maxTokens: c.maxTokens, temperature: c.temperature)
+                            maxTokens: Self.maxTokens(c), temperature: c.temperature)
+        maxAnswerChars = c.maxAnswerChars
+        answerTimeout = .milliseconds(c.answerTimeoutMs)
         system = c.system
         policy = ResponderRetryPolicy(retries: c.reconnectAttempts, initialDelay: .milliseconds(c.retryBackoffMs))
         timeout = .milliseconds(c.timeoutMs)
@@ -89,6 +100,13 @@ public actor ChatNode: Node {
         try await http.shutdown()
     }
 
+    /// `max_tokens` sent: as given (0: none), else half of `max_answer_chars` (a token is two characters
+    /// or more), so that a well-behaved server stops at about the node's own bound.
+    static func maxTokens(_ c: Configuration) -> Int? {
+        guard let given = c.maxTokens else { return max(1, (c.maxAnswerChars + 1) / 2) }
+        return given == 0 ? nil : given
+    }
+
     static func httpConfiguration(timeout: Duration) -> HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration()
         // The node's own watchdog bounds silence on the injected clock; the client only bounds connecting.
@@ -106,7 +124,7 @@ public actor ChatNode: Node {
         turn = Turn(asked: asked, pts: pts, signal: continuation)
         try await context.emit(.responseStart, [("text", .string(asked))])
         let messages = history.messages(system: system, user: asked)
-        let (client, policy, timeout, clock) = (self.client, self.policy, self.timeout, context.clock)
+        let (client, policy, timeout, clock, answerTimeout) = (self.client, self.policy, self.timeout, context.clock, self.answerTimeout)
         var outcome: Outcome = await withTaskGroup(of: Outcome?.self) { group in
             group.addTask {
                 do {
@@ -130,6 +148,11 @@ public actor ChatNode: Node {
                 for await _ in signal { return .interrupted }
                 return nil
             }
+            group.addTask {
+                // The whole answer's deadline (the watchdog above bounds silence only).
+                do { try await clock.sleep(for: answerTimeout) } catch { return nil }
+                return .failed(ResponderFailure(.answerTimeout, "the answer from \(client.displayURL) took longer than answer_timeout_ms (\(ResponderActivity.millis(answerTimeout)) ms); the request was closed"))
+            }
             var outcome: Outcome = .interrupted
             while let r = await group.next() {
                 if let r { outcome = r; break }
@@ -142,6 +165,10 @@ public actor ChatNode: Node {
         if case .completed = outcome, let rest = splitter.finish() {
             try await send(rest, context: context)
             if turn?.interrupted == true { outcome = .interrupted }
+        }
+        // At a bound, what came before it is said and kept.
+        if case .failed(let failure) = outcome, failure.code.isBound, let rest = splitter.finish() {
+            try await send(rest, context: context)
         }
         guard let t = turn else { return }
         turn = nil
@@ -166,6 +193,12 @@ public actor ChatNode: Node {
             event.fields += [("text", .string(t.asked)), ("attempts", .int(Int64(failure.attempts)))]
             if let status = failure.status { event.fields.append(("status", .int(Int64(status)))) }
             if !t.sent.isEmpty { event.fields.append(("answered", .string(sentText))) }
+            switch failure.code {
+            case .answerTooLong: event.fields.append(("limit", .string("max_answer_chars")))
+            case .answerTimeout: event.fields.append(("limit", .string("answer_timeout_ms")))
+            default: break
+            }
+            if let counter = failure.code.counter { context.count(counter) }
             context.count("failed_turns")
             try await context.emit(event)
             return
@@ -180,9 +213,17 @@ public actor ChatNode: Node {
     private func received(_ delta: String, at elapsed: Duration, context: NodeContext) async throws {
         guard turn != nil, turn?.interrupted == false else { return }
         if turn?.firstToken == nil { turn?.firstToken = elapsed }
-        turn?.answer += delta
-        for sentence in splitter.push(delta) {
+        let room = maxAnswerChars - (turn?.answerChars ?? 0)
+        var piece = delta
+        let over = delta.count > room
+        if over { piece = String(delta.prefix(max(0, room))) }
+        turn?.answer += piece
+        turn?.answerChars += piece.count
+        for sentence in splitter.push(piece) {
             try await send(sentence, context: context)
+        }
+        if over {
+            throw ResponderFailure(.answerTooLong, "the answer from \(client.displayURL) passed max_answer_chars (\(maxAnswerChars) characters); the rest was not read and the request was closed")
         }
     }
 
@@ -223,8 +264,12 @@ public actor ChatNode: Node {
         public var reconnectAttempts: Int
         /// Delay before the first retry, in milliseconds (doubles, up to 8 s).
         public var retryBackoffMs: Int
-        /// Longest answer, in tokens (not sent when absent).
+        /// Longest answer, in tokens, sent to the server (absent: half of `maxAnswerChars`; 0: not sent).
         public var maxTokens: Int?
+        /// Longest answer, in characters: the rest is not read.
+        public var maxAnswerChars: Int
+        /// Longest time for a whole answer, retries included, in milliseconds.
+        public var answerTimeoutMs: Int
         /// Sampling temperature (not sent when absent).
         public var temperature: Double?
 
@@ -238,7 +283,9 @@ public actor ChatNode: Node {
             ParamSpec("timeout_ms", .int(100...600_000), default: 20000, doc: "no first byte, or a stream stalled, this long: the request is cancelled (error timeout)"),
             ParamSpec("reconnect_attempts", .int(0...100), default: 2, doc: "retries after 429, 5xx or an unreachable server, before the turn is given up"),
             ParamSpec("retry_backoff_ms", .int(0...60_000), default: 500, doc: "delay before the first retry (doubles, up to 8 s; a longer Retry-After is honoured up to 8 s)"),
-            ParamSpec("max_tokens", .int(1...1_000_000), doc: "longest answer in tokens (not sent when absent)"),
+            ParamSpec("max_tokens", .int(0...1_000_000), doc: "longest answer in tokens, sent to the server (absent: half of max_answer_chars; 0: not sent)"),
+            ParamSpec("max_answer_chars", .int(1...1_000_000), default: 4000, doc: "longest answer in characters: past it the request is closed, what came is kept, and an error answer_too_long says so"),
+            ParamSpec("answer_timeout_ms", .int(100...3_600_000), default: 120_000, doc: "longest time for a whole answer, retries included: past it the request is closed, what came is kept, and an error answer_timeout says so"),
             ParamSpec("temperature", .double(0...2), doc: "sampling temperature (not sent when absent)"),
         ]
 
@@ -266,7 +313,8 @@ extension ChatNode.Configuration: CustomReflectable {
         Mirror(self, children: ["url": HTTPUploadNode.redact(url), "model": model, "system": system,
                                 "apiKey": apiKey == nil ? "none" : "(secret)", "maxHistory": maxHistory, "timeoutMs": timeoutMs,
                                 "reconnectAttempts": reconnectAttempts, "retryBackoffMs": retryBackoffMs,
-                                "maxTokens": maxTokens as Any, "temperature": temperature as Any])
+                                "maxTokens": maxTokens as Any, "temperature": temperature as Any,
+                                "maxAnswerChars": maxAnswerChars, "answerTimeoutMs": answerTimeoutMs])
     }
 }
 

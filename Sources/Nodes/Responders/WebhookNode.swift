@@ -17,7 +17,10 @@ import Synchronization
 /// `bad_response`, `message`, `text`, `attempts`, `status`). 429, 5xx and an unreachable server are
 /// tried again `reconnect_attempts` times with back-off; a server silent for `timeout_ms` fails
 /// the turn; either way the node goes on with the next text. Any event on the optional `interrupt`
-/// input cancels the request in flight and drops what was not passed on.
+/// input cancels the request in flight and drops what was not passed on. Every answer is bounded: an
+/// answer body over `max_answer_bytes`, or one not complete `answer_timeout_ms` after the request (a
+/// server that trickles it), closes the request with an `error` `answer_too_long` or `answer_timeout`
+/// (and `limit`, the parameter); both are counted.
 ///
 /// ```yaml
 /// hook: { type: webhook, url: "https://example.com/answer", headers: { Authorization: "Bearer ${HOOK_TOKEN}" } }
@@ -27,6 +30,8 @@ public actor WebhookNode: Node {
     let headers: [String: String]
     let policy: ResponderRetryPolicy
     let timeout: Duration
+    let maxAnswerBytes: Int
+    let answerTimeout: Duration
     private var turns = 0
     /// The signal of the turn in flight, and whether it was interrupted.
     private var current: (signal: AsyncStream<Void>.Continuation, interrupted: Bool)?
@@ -36,6 +41,8 @@ public actor WebhookNode: Node {
         headers = c.headers ?? [:]
         policy = ResponderRetryPolicy(retries: c.reconnectAttempts, initialDelay: .milliseconds(c.retryBackoffMs))
         timeout = .milliseconds(c.timeoutMs)
+        maxAnswerBytes = c.maxAnswerBytes
+        answerTimeout = .milliseconds(c.answerTimeoutMs)
     }
 
     var displayURL: String { HTTPUploadNode.redact(url) }
@@ -77,6 +84,7 @@ public actor WebhookNode: Node {
         try await context.emit(.responseStart, [("text", .string(asked))])
         let request = try makeRequest(asked, id: context.id, turn: turns, ts: context.elapsed)
         let (policy, timeout, clock, display) = (self.policy, self.timeout, context.clock, displayURL)
+        let (maxAnswerBytes, answerTimeout) = (self.maxAnswerBytes, self.answerTimeout)
         let result: Result<Answer, ResponderFailure>? = await withTaskGroup(of: Result<Answer, ResponderFailure>??.self) { group in
             group.addTask {
                 let box = AnswerBox()
@@ -86,7 +94,7 @@ public actor WebhookNode: Node {
                         context.count("retries")
                         context.logger.warning("webhook: \(failure.message); retry \(attempt) of \(policy.retries) in \(ResponderActivity.millis(delay)) ms")
                     }, { activity in
-                        box.set(try await Self.post(request, http: http, activity: activity, url: display))
+                        box.set(try await Self.post(request, http: http, activity: activity, url: display, maxAnswerBytes: maxAnswerBytes))
                     })
                     return box.value.map { .success($0) }
                 } catch let failure as ResponderFailure {
@@ -98,6 +106,11 @@ public actor WebhookNode: Node {
             group.addTask {
                 for await _ in signal { return .some(nil) }   // interrupted
                 return nil
+            }
+            group.addTask {
+                // The whole answer's deadline (the watchdog bounds silence only: a trickle passes it).
+                do { try await clock.sleep(for: answerTimeout) } catch { return nil }
+                return .failure(ResponderFailure(.answerTimeout, "the answer from \(display) took longer than answer_timeout_ms (\(ResponderActivity.millis(answerTimeout)) ms); the request was closed"))
             }
             var first: Result<Answer, ResponderFailure>?
             while let r = await group.next() {
@@ -124,6 +137,12 @@ public actor WebhookNode: Node {
             var event = Event.error(code: failure.code.rawValue, message: failure.message)
             event.fields += [("text", .string(asked)), ("attempts", .int(Int64(failure.attempts)))]
             if let status = failure.status { event.fields.append(("status", .int(Int64(status)))) }
+            switch failure.code {
+            case .answerTooLong: event.fields.append(("limit", .string("max_answer_bytes")))
+            case .answerTimeout: event.fields.append(("limit", .string("answer_timeout_ms")))
+            default: break
+            }
+            if let counter = failure.code.counter { context.count(counter) }
             context.count("failed_turns")
             try await context.emit(event)
         case nil:
@@ -151,12 +170,15 @@ public actor WebhookNode: Node {
     }
 
     /// One attempt: sends the request and reads the answer.
-    static func post(_ request: HTTPClientRequest, http: HTTPClient, activity: ResponderActivity, url: String) async throws -> Answer {
+    static func post(_ request: HTTPClientRequest, http: HTTPClient, activity: ResponderActivity, url: String,
+                     maxAnswerBytes: Int = 1 << 20) async throws -> Answer {
         let response = try await http.execute(request, deadline: .distantFuture)
         activity.touch()
-        let ok = (200..<300).contains(response.status.code)
-        let body = try await ChatClient.collect(response.body, limit: ok ? ChatClient.bodyLimit : 16 << 10, activity: activity)
-        guard ok else { throw ResponderFailure.status(response.status, headers: response.headers, body: body, url: url) }
+        guard (200..<300).contains(response.status.code) else {
+            let body = try await ChatClient.collect(response.body, limit: 16 << 10, activity: activity)
+            throw ResponderFailure.status(response.status, headers: response.headers, body: body, url: url)
+        }
+        let body = try await ChatClient.collectBounded(response.body, limit: maxAnswerBytes, parameter: "max_answer_bytes", url: url, activity: activity)
         let text = try answer(body: body, contentType: response.headers.first(name: "Content-Type") ?? "", url: url)
         return Answer(status: Int(response.status.code), text: text)
     }
@@ -198,6 +220,10 @@ public actor WebhookNode: Node {
         public var reconnectAttempts: Int
         /// Delay before the first retry, in milliseconds (doubles, up to 8 s).
         public var retryBackoffMs: Int
+        /// Largest answer body, in bytes.
+        public var maxAnswerBytes: Int
+        /// Longest time for a whole answer, retries included, in milliseconds.
+        public var answerTimeoutMs: Int
 
         /// The parameters of `webhook`.
         public static let parameters = [
@@ -206,6 +232,8 @@ public actor WebhookNode: Node {
             ParamSpec("timeout_ms", .int(100...600_000), default: 10000, doc: "no answer this long: the request is cancelled (error timeout)"),
             ParamSpec("reconnect_attempts", .int(0...100), default: 2, doc: "retries after 429, 5xx or an unreachable server, before the text is given up"),
             ParamSpec("retry_backoff_ms", .int(0...60_000), default: 500, doc: "delay before the first retry (doubles, up to 8 s)"),
+            ParamSpec("max_answer_bytes", .int(1...16_777_216), default: 1_048_576, doc: "largest answer body: past it the request is closed and an error answer_too_long says so"),
+            ParamSpec("answer_timeout_ms", .int(100...3_600_000), default: 60_000, doc: "longest time for a whole answer, retries included (a server trickling its answer): past it the request is closed and an error answer_timeout says so"),
         ]
 
         /// The URL must be `http://` or `https://` with a host.
@@ -228,7 +256,8 @@ extension WebhookNode.Configuration: CustomReflectable {
     /// Every field with header values hidden, so printing a configuration never shows a token.
     public var customMirror: Mirror {
         Mirror(self, children: ["url": HTTPUploadNode.redact(url), "headers": (headers ?? [:]).mapValues { _ in "(secret)" },
-                                "timeoutMs": timeoutMs, "reconnectAttempts": reconnectAttempts, "retryBackoffMs": retryBackoffMs])
+                                "timeoutMs": timeoutMs, "reconnectAttempts": reconnectAttempts, "retryBackoffMs": retryBackoffMs,
+                                "maxAnswerBytes": maxAnswerBytes, "answerTimeoutMs": answerTimeoutMs])
     }
 }
 

@@ -48,6 +48,11 @@ extension TTSNode {
         public var endpoint: String?
         /// `tencent`: PEM file of CA certificates to trust instead of the system's.
         public var caFile: String?
+        /// Bounds on one text (``SpeechPieces``): longest piece handed to the engine at once, longest
+        /// word, and most audio one text may produce (ms).
+        public var maxSentenceChars: Int
+        public var maxWordChars: Int
+        public var maxTextMs: Int
         /// Environment variables the credentials fall back to (not a parameter: the node's
         /// ``NodeEnvironment/variables``, set when the node is made).
         public var environment: [String: String] = [:]
@@ -55,6 +60,7 @@ extension TTSNode {
         enum CodingKeys: String, CodingKey {
             case engine, voice, rate, speed, frameMs, uri, timeoutMs, endpoint, caFile
             case appID = "appId", secretID = "secretId", secretKey
+            case maxSentenceChars, maxWordChars, maxTextMs
         }
 
         public static let parameters: [ParamSpec] = [
@@ -71,6 +77,9 @@ extension TTSNode {
             ParamSpec("secret_key", .string, secret: true, doc: "tencent: SecretKey (default: $TENCENTCLOUD_SECRET_KEY)"),
             ParamSpec("endpoint", .string, doc: "tencent: the service URL (default \(TencentSynthesizer.defaultEndpoint)); ws://HOST:PORT[/PATH] for a local server"),
             ParamSpec("ca_file", .string, doc: "tencent: PEM file of CA certificates to trust instead of the system's"),
+            ParamSpec("max_sentence_chars", .int(20...100_000), default: 300, doc: "longest piece of text synthesized at once: a longer sentence is cut at a clause, else a word boundary"),
+            ParamSpec("max_word_chars", .int(5...10_000), default: 40, doc: "longest word synthesized whole: a longer one (a long number, a pasted hash) is spoken in pieces of this many characters"),
+            ParamSpec("max_text_ms", .int(100...86_400_000), default: 300_000, doc: "most audio one text may produce: the rest is dropped, with a tts_dropped event naming it"),
         ]
 
         /// The audio format on `out`.

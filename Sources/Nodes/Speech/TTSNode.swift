@@ -24,6 +24,11 @@ import Synchronization
 /// - Every frame carries a ``Caption``: the sentence it speaks, and the answer it belongs to (the
 ///   `pts` of the text frame, which a responder gives every sentence of one answer), so a sink that
 ///   is interrupted can say what was heard.
+/// - Every text is bounded: sentences longer than `max_sentence_chars` are cut at a clause or a word
+///   boundary and words longer than `max_word_chars` into pieces (``SpeechPieces``), so no engine call
+///   runs long and an interruption or a stop is seen between pieces; a text's audio stops at
+///   `max_text_ms`, and a `tts_dropped` event (`dropped`: the start of what was not spoken,
+///   `dropped_chars`, `limit`) says what was left out.
 /// - Any event on the optional `interrupt` input cancels the answer being spoken: texts waiting are
 ///   dropped, the rest of that answer's audio is not sent (a sentence the engine is making is
 ///   finished and thrown away), further texts of the same answer are ignored, and its `tts_end`
@@ -45,16 +50,24 @@ public actor TTSNode: Node {
     }
 
     public func run(_ context: NodeContext) async throws {
+        // Credentials taken from the environment are secrets too (kept out of events and logs).
+        if configuration.engine == .tencent {
+            for name in ["TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY"] {
+                if let v = configuration.environment[name] { context.secrets.add(v) }
+            }
+        }
         let synthesizer = makeSynthesizer("tts-\(context.id)")
         defer { synthesizer.stop() }
         try await synthesizer.start()
         let queue = SynthesisQueue(capacity: Self.queueCapacity)
         let texts = context.input("text")
         let cut = CutAnswers()
+        let bounds = TextBounds(maxSentenceChars: configuration.maxSentenceChars, maxWordChars: configuration.maxWordChars,
+                                maxTextMs: configuration.maxTextMs)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 defer { queue.finishProducing() }
-                try await Self.synthesize(texts, with: synthesizer, into: queue, cut: cut, context: context)
+                try await Self.synthesize(texts, with: synthesizer, into: queue, cut: cut, bounds: bounds, context: context)
             }
             if context.connectedInputs.contains("interrupt") {
                 group.addTask {
@@ -81,23 +94,43 @@ public actor TTSNode: Node {
 
     /// The synthesis task: reads texts, announces each, and queues its sentences' audio.
     private static func synthesize(_ texts: InputPort, with synthesizer: any SpeechSynthesizer, into queue: SynthesisQueue,
-                                   cut: CutAnswers, context: NodeContext) async throws {
+                                   cut: CutAnswers, bounds: TextBounds, context: NodeContext) async throws {
         for await frame in texts {
             guard let raw = frame.text else { continue }
             if cut.contains(frame.pts) { context.count("interrupted_texts"); continue }
-            let sentences = SentenceSplitter.sentences(in: raw)
+            let sentences = SentenceSplitter.sentences(in: raw).flatMap {
+                SpeechPieces.pieces($0, maxChars: bounds.maxSentenceChars, maxWord: bounds.maxWordChars)
+            }
             if sentences.isEmpty { continue }
             let text = raw.trimmingCharacters(in: .whitespacesAndNewlines)
             cut.speaking = frame.pts
             try await context.emit(.ttsStart, [("text", .string(text))])
             await queue.send(.begin(text: text, created: frame.created, turn: frame.pts))
-            for sentence in sentences {
+            // Seconds of audio this text has produced, and whether a piece's audio was cut at max_text_ms.
+            let produced = LockedValue((seconds: 0.0, cut: false))
+            let limit = Double(bounds.maxTextMs) / 1000
+            for (index, sentence) in sentences.enumerated() {
                 try Task.checkCancellation()
                 if cut.contains(frame.pts) { break }
                 await queue.send(.sentence(sentence))
                 do {
                     try await synthesizer.synthesize(sentence) { audio in
-                        if !cut.contains(frame.pts) { await queue.send(.audio(audio)) }
+                        guard !cut.contains(frame.pts) else { return }
+                        // Audio past max_text_ms is not sent.
+                        let rate = Double(max(1, audio.format.sampleRate * audio.format.channels))
+                        let room = produced.withLock { p -> Int in
+                            let r = max(0, Int(((limit - p.seconds) * rate).rounded(.down)))
+                            if r < audio.samples.count { p.cut = true }
+                            p.seconds += Double(min(audio.samples.count, r)) / rate
+                            return r
+                        }
+                        if room <= 0 { return }
+                        if room < audio.samples.count {
+                            let channels = max(1, audio.format.channels)
+                            await queue.send(.audio(AudioBuffer(format: audio.format, samples: Array(audio.samples.prefix(room / channels * channels)))))
+                        } else {
+                            await queue.send(.audio(audio))
+                        }
                     }
                     context.count("sentences")
                 } catch is CancellationError {
@@ -105,6 +138,19 @@ public actor TTSNode: Node {
                 } catch {
                     context.count("synthesis_errors")
                     try await context.emitError(code: (error as? NodeError)?.code.rawValue ?? NodeErrorCode.synthesisFailed.rawValue, message: "\(error)")
+                }
+                // At max_text_ms: what was not spoken (this piece too, if its audio was cut) is dropped, and said.
+                let (seconds, audioCut) = produced.withLock { ($0.seconds, $0.cut) }
+                if seconds >= limit || audioCut {
+                    let first = audioCut ? index : index + 1
+                    guard first < sentences.count else { break }
+                    let dropped = sentences[first...].joined(separator: " ")
+                    context.count("texts_cut")
+                    try await context.emit(EventName("tts_dropped"), [
+                        ("text", .string(text)), ("dropped", .string(dropped.count > 200 ? String(dropped.prefix(200)) + "…" : dropped)),
+                        ("dropped_chars", .int(Int64(dropped.count))), ("limit", "max_text_ms"), ("max_text_ms", .int(Int64(bounds.maxTextMs))),
+                    ])
+                    break
                 }
             }
             await queue.send(.end(turn: frame.pts))
@@ -179,6 +225,13 @@ public actor TTSNode: Node {
         position += Int64(samples.count)
         try await out.send(frame)
     }
+}
+
+/// The bounds on one text (`max_sentence_chars`, `max_word_chars`, `max_text_ms`).
+struct TextBounds: Sendable {
+    var maxSentenceChars: Int
+    var maxWordChars: Int
+    var maxTextMs: Int
 }
 
 /// One text on its way out of the `tts` node: its audio converted to the output format, not yet sent.

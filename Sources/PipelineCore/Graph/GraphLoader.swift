@@ -65,14 +65,11 @@ public enum GraphLoader {
                                           "graph text is \(text.utf8.count) bytes; the limit is \(maximumSize) bytes"))
             return spec
         }
-        let substituted = substitute(text, file: file, environment: environment, issues: &spec.issues)
-        guard substituted.utf8.count <= maximumSize else {
-            spec.issues.append(GraphIssue(.syntax, at: SourceLocation(file: file, line: 0, column: 0),
-                                          "graph text is \(substituted.utf8.count) bytes after ${VAR} substitution; the limit is \(maximumSize) bytes"))
-            return spec
-        }
+        // Variables are substituted after parsing, into scalar values (see GraphVariables): the parser
+        // reads the file's own structure, with stand-ins where the references are.
+        var variables = GraphVariables(text, file: file, environment: environment, issues: &spec.issues)
         var repeated = Set<KeyPosition>()
-        guard let root = compose(substituted, file: file, issues: &spec.issues, repeated: &repeated) else {
+        guard let root = compose(variables.text, file: file, issues: &spec.issues, repeated: &repeated) else {
             if spec.issues.isEmpty {
                 spec.issues.append(GraphIssue(.structure, at: SourceLocation(file: file, line: 0, column: 0),
                                               "the graph is empty (no YAML document); a graph is a mapping with `version: 1`, `nodes:` and `links:`"))
@@ -89,14 +86,21 @@ public enum GraphLoader {
             spec.issues.append(GraphIssue(.structure, at: loc(root, file), "a graph is a mapping with `nodes:` and `links:`"))
             return spec
         }
-        for (k, v) in top {
+        for (k, raw) in top {
             if let at = position(k), repeated.contains(at) { continue }
-            switch k.string ?? "" {
+            let key = variables.substitute(k.string ?? "", issues: &spec.issues)
+            // A link chain is split at its arrows before its parts are substituted: a value holding `->`
+            // adds no link.
+            if key == "links" {
+                parseLinks(raw, file: file, repeated: repeated, variables: &variables, into: &spec)
+                continue
+            }
+            let v = variables.substitute(raw, issues: &spec.issues)
+            switch key {
             case "version":
                 if v.int != 1 { spec.issues.append(GraphIssue(.structure, at: loc(v, file), "unsupported version \(v.string ?? "?"); expected 1")) }
             case "name": spec.name = v.string ?? ""
             case "nodes": parseNodes(v, file: file, repeated: repeated, into: &spec)
-            case "links": parseLinks(v, file: file, repeated: repeated, into: &spec)
             case "plugins": parsePlugins(v, file: file, into: &spec)
             case "latency_budget_ms":
                 if let ms = v.int, (1...600_000).contains(ms) { spec.latencyBudgetMs = ms } else {
@@ -106,7 +110,7 @@ public enum GraphLoader {
                 // Extension keys hold shared settings for YAML anchors (`*name` elsewhere); not read otherwise.
                 break
             default:
-                spec.issues.append(GraphIssue(.structure, at: loc(k, file), "unknown top-level key '\(k.string ?? "?")'; expected version, name, plugins, latency_budget_ms, nodes, links (or x-… for anchors)"))
+                spec.issues.append(GraphIssue(.structure, at: loc(k, file), "unknown top-level key '\(key)'; expected version, name, plugins, latency_budget_ms, nodes, links (or x-… for anchors)"))
             }
         }
         if top["nodes"] == nil {
@@ -118,7 +122,9 @@ public enum GraphLoader {
 
     // MARK: - Substitution
 
-    /// Replaces `${VAR}` and `${VAR:-default}`; `$$` stands for a literal `$`.
+    /// Replaces `${VAR}` and `${VAR:-default}` in `text`; `$$` stands for a literal `$`. Textual: what a
+    /// value holds becomes part of the text. Graphs and serve configurations are not read this way any more
+    /// (their variables are substituted into scalar values after parsing, ``GraphVariables``).
     public static func substitute(_ text: String, file: String, environment: [String: String], issues: inout [GraphIssue]) -> String {
         guard text.contains("$") else { return text }
         var out = ""
@@ -459,14 +465,22 @@ public enum GraphLoader {
     // MARK: - Links
 
     static func parseLinks(_ node: YNode, file: String, repeated: Set<KeyPosition> = [], into spec: inout GraphSpec) {
+        var none = GraphVariables("", file: file, environment: [:], issues: &spec.issues)
+        parseLinks(node, file: file, repeated: repeated, variables: &none, into: &spec)
+    }
+
+    /// Reads `links:` as written (`node` not yet substituted): a chain is split at its arrows, then each
+    /// part substituted; a mapping is substituted whole.
+    static func parseLinks(_ node: YNode, file: String, repeated: Set<KeyPosition> = [], variables: inout GraphVariables, into spec: inout GraphSpec) {
         guard let seq = node.sequence else {
             spec.issues.append(GraphIssue(.structure, at: loc(node, file), "`links:` must be a list"))
             return
         }
-        for item in seq {
-            let at = loc(item, file)
-            if let s = item.string, item.scalar != nil {
-                let parts = s.components(separatedBy: "->").map { $0.trimmingCharacters(in: .whitespaces) }
+        for raw in seq {
+            let at = loc(raw, file)
+            if let written = raw.string, raw.scalar != nil {
+                let parts = written.components(separatedBy: "->").map { variables.substitute($0, issues: &spec.issues).trimmingCharacters(in: .whitespaces) }
+                let s = parts.joined(separator: " -> ")
                 if parts.count < 2 || parts.contains(where: \.isEmpty) {
                     spec.issues.append(GraphIssue(.invalidLink, at: at, "a link chain is `a -> b.port -> c` (got \"\(s)\")"))
                     continue
@@ -480,7 +494,7 @@ public enum GraphLoader {
                     if i + 1 < parts.count - 1 { to.inChain = true }
                     spec.links.append(LinkSpec(from: from, to: to, capacity: nil, overflow: nil, location: at))
                 }
-            } else if let m = item.mapping {
+            } else if let m = variables.substitute(raw, issues: &spec.issues).mapping {
                 var link = LinkSpec(from: Endpoint(node: ""), to: Endpoint(node: ""), capacity: nil, overflow: nil, location: at)
                 for (k, v) in m {
                     if let at = position(k), repeated.contains(at) { continue }

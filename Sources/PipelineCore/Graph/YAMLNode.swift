@@ -31,6 +31,15 @@ public struct YAMLNode {
         try Yams.compose(yaml: yaml).map(YAMLNode.init(node:))
     }
 
+    /// Parses `yaml` and substitutes its `${VAR}` references into the scalars they stand in (keys too),
+    /// as a graph's are (``GraphVariables``): a value never changes the document's structure. Undefined
+    /// variables are added to `issues`; throws on a syntax error.
+    public static func compose(yaml: String, file: String, environment: [String: String], issues: inout [GraphIssue]) throws -> YAMLNode? {
+        var variables = GraphVariables(yaml, file: file, environment: environment, issues: &issues)
+        guard let root = try Yams.compose(yaml: variables.text) else { return nil }
+        return YAMLNode(node: variables.substitute(root, issues: &issues))
+    }
+
     public var mark: Mark? { node.mark.map { Mark(line: $0.line, column: $0.column) } }
     public var scalar: Scalar? { node.scalar.map { Scalar(string: $0.string) } }
     /// A scalar's text; nil for a mapping or a sequence.

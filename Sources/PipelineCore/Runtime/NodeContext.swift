@@ -11,8 +11,11 @@ public struct NodeContext: Sendable {
     public let config: NodeConfig
     /// Clock for pacing and timeouts (a manual clock in tests).
     public let clock: any Clock<Duration>
-    /// Logger labelled with the node id. Never log secrets.
+    /// Logger labelled with the node id. Never log secrets: its lines pass through ``secrets``.
     public let logger: Logger
+    /// The node's secrets, taken out of every event it emits and every line its logger writes. A node
+    /// that takes a secret from elsewhere than its parameters adds it here.
+    public let secrets: SecretScrubber
     let inputs: [String: InputPort]
     let outputs: [String: OutputPort]
     let shared: PipelineShared
@@ -24,13 +27,14 @@ public struct NodeContext: Sendable {
 
     init(id: String, config: NodeConfig, clock: any Clock<Duration>, logger: Logger,
          inputs: [String: InputPort], outputs: [String: OutputPort], shared: PipelineShared, counters: NodeCounters,
-         carrier: AgeCarrier = AgeCarrier(), lateness: LatenessWatch? = nil) {
+         carrier: AgeCarrier = AgeCarrier(), lateness: LatenessWatch? = nil, secrets: SecretScrubber = SecretScrubber()) {
         self.carrier = carrier
+        self.secrets = secrets
         self.lateness = lateness
         self.id = id
         self.config = config
         self.clock = clock
-        self.logger = logger
+        self.logger = secrets.logger(logger)
         self.inputs = inputs
         self.outputs = outputs
         self.shared = shared
@@ -73,7 +77,7 @@ public struct NodeContext: Sendable {
     /// Emits an event: stamps `node` and `ts`, sends it on the `events` output and to the
     /// pipeline's event stream (``Pipeline/events``).
     public func emit(_ event: Event) async throws {
-        var e = event
+        var e = secrets.scrub(event)
         if e.node.isEmpty { e.node = id }
         if e.ts == nil { e.ts = shared.elapsed }
         shared.bus.publish(e)

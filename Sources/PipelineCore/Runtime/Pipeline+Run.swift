@@ -72,7 +72,11 @@ extension Pipeline {
 
     /// Runs one node with its restart policy.
     private func runNode(_ n: ResolvedNode) async -> ChildResult {
-        if let error = await runNodeWithRestarts(n) { return .failed(error) }
+        if var error = await runNodeWithRestarts(n) {
+            // A failure's message may quote a peer (an error body, a server's message): without the node's secrets.
+            if let secrets = contexts[error.node]?.secrets { error.message = secrets.scrub(error.message) }
+            return .failed(error)
+        }
         return .finished
     }
 
@@ -98,7 +102,7 @@ extension Pipeline {
                     return await close(n, context)
                 }
                 let nodeError = error as? NodeError
-                let message = nodeError?.message ?? "\(error)"
+                let message = context.secrets.scrub(nodeError?.message ?? "\(error)")
                 if let policy = n.restart, attempt < policy.max, !stopping {
                     attempt += 1
                     restarts.withLock { $0[n.id, default: 0] += 1 }

@@ -197,7 +197,8 @@ public final class Pipeline: Sendable {
             nodeLogger[metadataKey: "node"] = .string(n.id)
             contexts[n.id] = NodeContext(id: n.id, config: n.config, clock: Pipeline.clock(for: n, clock), logger: nodeLogger,
                                          inputs: inputs, outputs: outputs, shared: shared, counters: c,
-                                         carrier: carrier, lateness: lateness)
+                                         carrier: carrier, lateness: lateness,
+                                         secrets: SecretScrubber(config: n.config, parameters: n.descriptor.parameters))
         }
         self.contexts = contexts
         self.counters = counters
@@ -206,7 +207,8 @@ public final class Pipeline: Sendable {
 
     /// What a node's factory is given from outside the graph.
     static func environment(for n: ResolvedNode, graph: ValidatedGraph, clock: any Clock<Duration>, logger: Logger) -> NodeEnvironment {
-        NodeEnvironment(id: n.id, variables: graph.environment, clock: Pipeline.clock(for: n, clock), logger: logger)
+        NodeEnvironment(id: n.id, variables: graph.environment, clock: Pipeline.clock(for: n, clock),
+                        logger: SecretScrubber(config: n.config, parameters: n.descriptor.parameters).logger(logger))
     }
 
     /// The clock a node sees: real-time nodes sleep on the timer thread (so a busy cooperative pool

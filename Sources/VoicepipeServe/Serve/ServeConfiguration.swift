@@ -107,6 +107,9 @@ package struct ServeConfiguration: Sendable {
     /// The talk page and the console (`console: { token: "${VAR}" }`): with a token every request to them
     /// must carry it; without one they answer loopback clients only.
     var consoleToken: String?
+    /// Origins of browser pages (`https://voice.example.com`) allowed to use the pages and to open session
+    /// WebSockets besides loopback ones (``PageAccess``).
+    var allowedOrigins: [String] = []
 
     /// True when the file's top level has `routes:` and no `nodes:` (a cheap look at the text, not a parse).
     package static func looksLikeServeConfiguration(path: String) -> Bool {
@@ -115,16 +118,15 @@ package struct ServeConfiguration: Sendable {
         return lines.contains { $0.hasPrefix("routes:") } && !lines.contains { $0.hasPrefix("nodes:") }
     }
 
-    /// Loads `path`: `${VAR}` substitution, YAML, checks; throws a ``GraphError`` listing every problem.
+    /// Loads `path`: YAML, `${VAR}` substitution into its values, checks; throws a ``GraphError`` listing every problem.
     package static func load(path: String, registry: NodeRegistry, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ServeConfiguration {
         guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
             throw GraphError([GraphIssue(.structure, at: SourceLocation(file: path, line: 0, column: 0), "cannot read the serve configuration")])
         }
         var issues: [GraphIssue] = []
-        let substituted = GraphLoader.substitute(text, file: path, environment: environment, issues: &issues)
         let root: YAMLNode?
         do {
-            root = try YAMLNode.compose(yaml: substituted)
+            root = try YAMLNode.compose(yaml: text, file: path, environment: environment, issues: &issues)
         } catch {
             throw GraphError(issues + [GraphIssue(.syntax, at: SourceLocation(file: path, line: 0, column: 0), "YAML syntax error: \(error)")])
         }
@@ -169,14 +171,23 @@ package struct ServeConfiguration: Sendable {
             case "nats":
                 config.nats = parseNATS(v, problem: problem, int: int)
             case "console":
-                guard let m = v.mapping else { problem(v, "console: expected { token: \"${CONSOLE_TOKEN}\" }"); continue }
+                guard let m = v.mapping else { problem(v, "console: expected { token: \"${CONSOLE_TOKEN}\", allowed_origins: [https://…] }"); continue }
                 for (ck, cv) in m {
                     switch ck.string ?? "" {
                     case "token":
                         let t = cv.string ?? ""
                         if t.count < 8 { problem(cv, "console.token: expected at least 8 characters (a secret, e.g. \"${CONSOLE_TOKEN}\")") }
                         config.consoleToken = t
-                    default: problem(ck, "console: unknown key '\(ck.string ?? "?")'; expected token")
+                    case "allowed_origins":
+                        guard let list = cv.sequence else { problem(cv, "console.allowed_origins: expected a list of origins, e.g. [\"https://voice.example.com\"]"); continue }
+                        for item in list {
+                            guard let o = item.string, PageAccess.normalizedOrigin(o) != nil else {
+                                problem(item, "console.allowed_origins: '\(item.string ?? "a collection")' is not an origin: expected http(s)://HOST[:PORT], no path")
+                                continue
+                            }
+                            config.allowedOrigins.append(o)
+                        }
+                    default: problem(ck, "console: unknown key '\(ck.string ?? "?")'; expected token, allowed_origins")
                     }
                 }
             case "routes":

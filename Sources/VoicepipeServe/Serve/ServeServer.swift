@@ -48,7 +48,7 @@ package final class ServeServer: Sendable {
         } else {
             events = nil
         }
-        site = WebSite(access: PageAccess(token: configuration.consoleToken),
+        site = WebSite(access: PageAccess(token: configuration.consoleToken, allowedOrigins: configuration.allowedOrigins),
                        talkRoutes: configuration.routes.filter { $0.kind == .websocket && !($0.path ?? "{").contains("{") }
                            .map { WebSite.TalkRoute(name: $0.name, path: $0.path ?? "/", answers: $0.answer != nil) },
                        consoleOnly: false)
@@ -115,6 +115,13 @@ package final class ServeServer: Sendable {
                         shouldUpgrade: { ch, head in
                             let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
                             guard let (route, captures) = server.route(for: path) else { return ch.eventLoop.makeSucceededFuture(nil) }
+                            // A browser page of a foreign origin opens no session (PageAccess).
+                            let request = PageAccess.Request(uri: head.uri, headers: head.headers, remote: ch.remoteAddress)
+                            if case .refused(let status, let reason) = server.site.access.checkUpgrade(request) {
+                                server.metrics.refused(route: route.name, code: status == 400 ? "two_tokens" : "foreign_origin")
+                                box.denial = (status, reason)
+                                return ch.eventLoop.makeSucceededFuture(nil)
+                            }
                             if let refusal = server.reserveUpgrade() {
                                 if refusal != "draining" { server.metrics.refused(route: route.name, code: "busy") }
                                 box.refusal = refusal
@@ -253,6 +260,8 @@ private final class RouteBox: @unchecked Sendable {
     var value: (ServeConfiguration.Route, [String: String])?
     /// Why the upgrade was refused (answered 503 by the HTTP handler).
     var refusal: String?
+    /// The upgrade was refused by ``PageAccess`` (a foreign page, two tokens): status and why.
+    var denial: (status: Int, reason: String)?
 }
 
 /// Plain HTTP requests: health, readiness, metrics; 404 for anything else (a route path without an
@@ -293,7 +302,10 @@ private final class HTTPEndpointHandler: ChannelInboundHandler, RemovableChannel
                                                                                             nats: server.events?.publisher.statistics))
         default:
             if server.route(for: path) != nil {
-                if let refusal = box.refusal {
+                if let (code, reason) = box.denial {
+                    box.denial = nil
+                    (status, type, body) = (HTTPResponseStatus(statusCode: code), "text/plain; charset=utf-8", reason + "\n")
+                } else if let refusal = box.refusal {
                     box.refusal = nil
                     (status, type, body) = (.serviceUnavailable, "text/plain", refusal + "\n")
                 } else {

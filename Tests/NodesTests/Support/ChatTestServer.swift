@@ -22,6 +22,9 @@ final class ChatTestServer: Sendable {
         case done
         /// Waits until ``ChatTestServer/release()`` (or until the client closes the connection).
         case hold
+        /// Writes these bytes again and again, `interval` apart, until the client closes the connection
+        /// (a server that never ends its answer, or trickles it).
+        case forever(String, interval: Duration)
     }
 
     /// What the server answers to one request.
@@ -65,6 +68,8 @@ final class ChatTestServer: Sendable {
         var completedAt: ContinuousClock.Instant?
         /// The client closed the connection (before or after the answer).
         var closedAt: ContinuousClock.Instant?
+        /// Writes of a ``Step/forever`` step so far.
+        var forever = 0
 
         func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
 
@@ -197,6 +202,12 @@ final class ChatTestServer: Sendable {
             try await hold(connection: connection, forever: true)
             return
         }
+        // `{{authorization}}` in a body stands for the request's Authorization header (a server that
+        // echoes it, as some proxies and mock servers do).
+        let authorization = state.withLock { $0.requests[index].header("Authorization") } ?? ""
+        func echo(_ s: String) -> String { s.replacingOccurrences(of: "{{authorization}}", with: authorization) }
+        var reply = reply
+        reply.body = echo(reply.body)
         var headers = HTTPHeaders()
         for (k, v) in reply.headers { headers.add(name: k, value: v) }
         if reply.steps.isEmpty { headers.add(name: "Content-Length", value: String(reply.body.utf8.count)) }
@@ -205,9 +216,16 @@ final class ChatTestServer: Sendable {
         for step in reply.steps {
             switch step {
             case .chunk(let content): try await outbound.write(.body(.byteBuffer(ByteBuffer(string: Self.chunk(content)))))
-            case .raw(let text): try await outbound.write(.body(.byteBuffer(ByteBuffer(string: text))))
+            case .raw(let text): try await outbound.write(.body(.byteBuffer(ByteBuffer(string: echo(text)))))
             case .done: try await outbound.write(.body(.byteBuffer(ByteBuffer(string: "data: [DONE]\n\n"))))
             case .hold: try await hold(connection: connection, forever: false)
+            case .forever(let text, let interval):
+                while !state.withLock({ $0.closedConnections.contains(connection) }) {
+                    state.withLock { $0.requests[index].forever += 1 }
+                    try await outbound.write(.body(.byteBuffer(ByteBuffer(string: text))))
+                    try await Task.sleep(for: interval)
+                }
+                throw Closed()
             }
         }
         try await outbound.write(.end(nil))

@@ -38,6 +38,8 @@ final class TencentASRServer: Sendable {
         /// As the service: a connection that receives no audio for this long is answered 4008
         /// and closed (15 s in the published protocol; shorter in tests).
         var noAudioTimeoutMs = 15_000
+        /// A refused signature's message quotes the request's secretid (as a careless proxy might).
+        var echoSecretID = false
     }
 
     /// What one connection did.
@@ -212,7 +214,8 @@ private final class ConnectionHandler: ChannelInboundHandler {
             armIdleTimer(context)
             send(context, ["code": 0, "message": "success", "voice_id": voiceID])
         } else {
-            fail(context, code: 4002, message: "signature verification failed")
+            let echo = server.behavior.echoSecretID ? " for secretid \(server.connections[index].query["secretid"] ?? "")" : ""
+            fail(context, code: 4002, message: "signature verification failed\(echo)")
         }
     }
 

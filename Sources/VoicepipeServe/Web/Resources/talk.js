@@ -103,7 +103,7 @@
     mute.gain.value = 0;
     source.connect(node).connect(mute).connect(ctx.destination);
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const ws = new WebSocket(scheme + '//' + location.host + ui.route.value);
+    const ws = new WebSocket(scheme + '//' + location.host + withToken(ui.route.value));
     ws.binaryType = 'arraybuffer';
     session = { ws, stream, ctx, node, ending: false, opened: false, failed: false };
     const mine = session;
