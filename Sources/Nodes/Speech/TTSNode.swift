@@ -48,6 +48,7 @@ public actor TTSNode: Node {
         let synthesizer = makeSynthesizer("tts-\(context.id)")
         defer { synthesizer.stop() }
         try await synthesizer.start()
+        try await Self.emitNotices(of: synthesizer, context: context)
         let queue = SynthesisQueue(capacity: Self.queueCapacity)
         let texts = context.input("text")
         let cut = CutAnswers()
@@ -100,6 +101,7 @@ public actor TTSNode: Node {
                         if !cut.contains(frame.pts) { await queue.send(.audio(audio)) }
                     }
                     context.count("sentences")
+                    try await emitNotices(of: synthesizer, context: context)
                 } catch is CancellationError {
                     throw CancellationError()
                 } catch {
