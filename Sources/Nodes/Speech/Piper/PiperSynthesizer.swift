@@ -8,8 +8,9 @@ import Synchronization
 /// ``start()`` loads the voice (``PiperVoice/shared(model:threads:variables:)``: one copy per process,
 /// warmed up by a first run) and checks its espeak voice and `speaker`. Each sentence is cleaned
 /// (``SpeechScripts``: control characters out, letters of scripts the voice cannot read left out and
-/// reported as `tts_skipped`), cut into pieces (``SpeechPieces``: a long sentence's first clause
-/// alone, every piece bounded), and each piece is phonemized (``PiperPhonemizer``), turned into the
+/// reported as `tts_skipped`), cut into pieces (``SpeechPieces``: when the engine was idle — somebody
+/// waits for the first sound — a long sentence's first clause or phrase alone; every piece bounded),
+/// and each piece is phonemized (``PiperPhonemizer``), turned into the
 /// voice's phoneme ids, synthesized and delivered as soon as it is made, at the voice's own rate (the
 /// node converts it to `rate`). Each piece's audio is scaled to full range (as Piper does); a
 /// sentence's audio ends with ``sentenceSilenceMs`` of silence.
@@ -39,6 +40,8 @@ final class PiperSynthesizer: ReportingSynthesizer {
     let worker: BlockingWorker
     private let loaded = Mutex<Loaded?>(nil)
     private let notices = Mutex<[SynthesisNotice]>([])
+    /// When the last sentence was done.
+    private let finished = Mutex<ContinuousClock.Instant?>(nil)
 
     init(settings: Settings, name: String) {
         self.settings = settings
@@ -73,7 +76,11 @@ final class PiperSynthesizer: ReportingSynthesizer {
             note(.ttsSkipped, [("text", .string(skipped)),
                                ("reason", .string("the voice \(state.voice.name) (\(state.voice.configuration.language ?? state.voice.configuration.espeakVoice)) cannot read these letters"))])
         }
-        let pieces = SpeechPieces.pieces(text)
+        // A sentence that comes while the engine was idle is one somebody waits for: its first piece is
+        // cut short. One that follows right behind another plays after it: it goes whole (bounded).
+        let waiting = finished.withLock { last in last.map { ContinuousClock.now - $0 > .milliseconds(50) } ?? true }
+        let pieces = SpeechPieces.pieces(text, limits: waiting ? .eager : .relaxed)
+        defer { finished.withLock { $0 = .now } }
         for (n, piece) in pieces.enumerated() {
             try Task.checkCancellation()
             let (samples, unknown) = try await worker.run { try Self.speak(piece, state) }
