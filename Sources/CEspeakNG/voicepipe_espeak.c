@@ -31,6 +31,7 @@ static __typeof__(espeak_SetParameter) *p_espeak_SetParameter;
 static __typeof__(espeak_SetSynthCallback) *p_espeak_SetSynthCallback;
 static __typeof__(espeak_SetVoiceByName) *p_espeak_SetVoiceByName;
 static __typeof__(espeak_Synth) *p_espeak_Synth;
+static __typeof__(espeak_TextToPhonemes) *p_espeak_TextToPhonemes;
 
 static int espeak_loaded;
 static char espeak_problem[512];
@@ -44,6 +45,7 @@ static void load_espeak(void) {
     VP_LIBRARY_RESOLVE(ok, h, espeak_SetSynthCallback, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
     VP_LIBRARY_RESOLVE(ok, h, espeak_SetVoiceByName, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
     VP_LIBRARY_RESOLVE(ok, h, espeak_Synth, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
+    VP_LIBRARY_RESOLVE(ok, h, espeak_TextToPhonemes, "eSpeak NG", VP_ESPEAK_SONAME, espeak_problem);
     espeak_loaded = ok;
 }
 
@@ -84,4 +86,12 @@ VP_LOCAL const espeak_VOICE **espeak_ListVoices(espeak_VOICE *voice_spec) {
 VP_LOCAL espeak_ERROR espeak_SetVoiceByName(const char *name) {
     if (!espeak_ready()) return EE_INTERNAL_ERROR;
     return p_espeak_SetVoiceByName(name);
+}
+
+VP_LOCAL const char *espeak_TextToPhonemes(const void **textptr, int textmode, int phonememode) {
+    if (!espeak_ready()) {
+        if (textptr) *textptr = NULL;
+        return NULL;
+    }
+    return p_espeak_TextToPhonemes(textptr, textmode, phonememode);
 }

@@ -165,7 +165,8 @@ struct ServeAnswerAudioTests {
                 protocol: websocket
                 graph: \(template)\(routeExtra)
             """.write(to: config, atomically: true, encoding: .utf8)
-        let server = try Running(voicepipeBinary, ["serve", config.path], environment: ["CHAT_URL": "http://127.0.0.1:\(chatPort)"])
+        // flite: these tests are about carrying the answer's audio, and need much of it made fast.
+        let server = try Running(voicepipeBinary, ["serve", config.path], environment: ["CHAT_URL": "http://127.0.0.1:\(chatPort)", "TTS": "flite"])
         for _ in 0..<100 {
             if (try? ServeTests.http(port, "/healthz").status) == 200 { return (server, port) }
             usleep(100_000)
@@ -384,7 +385,8 @@ struct ServeAnswerAudioTests {
                 protocol: websocket
                 graph: \(template)
             """.write(to: config, atomically: true, encoding: .utf8)
-        let server = try Running(voicepipeBinary, ["serve", config.path], environment: ["CHAT_URL": "http://127.0.0.1:\(chatPort)"])
+        // flite: these tests are about carrying the answer's audio, and need much of it made fast.
+        let server = try Running(voicepipeBinary, ["serve", config.path], environment: ["CHAT_URL": "http://127.0.0.1:\(chatPort)", "TTS": "flite"])
         defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
         var up = false
         for _ in 0..<100 where !up {

@@ -19,6 +19,7 @@ typedef struct OrtValue OrtValue;
 typedef struct OrtRunOptions OrtRunOptions;
 typedef struct OrtSessionOptions OrtSessionOptions;
 typedef struct OrtAllocator OrtAllocator;
+typedef struct OrtTensorTypeAndShapeInfo OrtTensorTypeAndShapeInfo;
 
 enum { ORT_LOGGING_LEVEL_VERBOSE = 0, ORT_LOGGING_LEVEL_INFO = 1, ORT_LOGGING_LEVEL_WARNING = 2,
        ORT_LOGGING_LEVEL_ERROR = 3, ORT_LOGGING_LEVEL_FATAL = 4 };
@@ -58,7 +59,10 @@ typedef struct OrtApi {
                               OrtValue **out);                                      /* 49 */
   void *_s50;                                                                       /* 50 IsTensor */
   OrtStatus *(*GetTensorMutableData)(OrtValue *value, void **out);                  /* 51 */
-  void *_s52_68[17];                                                                /* 52..68 */
+  void *_s52_63[12];                                                                /* 52..63 */
+  OrtStatus *(*GetTensorShapeElementCount)(const OrtTensorTypeAndShapeInfo *info, size_t *out); /* 64 */
+  OrtStatus *(*GetTensorTypeAndShape)(const OrtValue *value, OrtTensorTypeAndShapeInfo **out);  /* 65 */
+  void *_s66_68[3];                                                                 /* 66..68 */
   OrtStatus *(*CreateCpuMemoryInfo)(int allocator_type, int mem_type, OrtMemoryInfo **out); /* 69 */
   void *_s70_75[6];                                                                 /* 70..75 */
   OrtStatus *(*AllocatorFree)(OrtAllocator *a, void *p);                            /* 76 */
@@ -70,7 +74,8 @@ typedef struct OrtApi {
   void (*ReleaseMemoryInfo)(OrtMemoryInfo *);                                       /* 94 */
   void (*ReleaseSession)(OrtSession *);                                             /* 95 */
   void (*ReleaseValue)(OrtValue *);                                                 /* 96 */
-  void *_s97_99[3];                                                                 /* 97..99 */
+  void *_s97_98[2];                                                                 /* 97..98 */
+  void (*ReleaseTensorTypeAndShapeInfo)(OrtTensorTypeAndShapeInfo *);               /* 99 */
   void (*ReleaseSessionOptions)(OrtSessionOptions *);                               /* 100 */
   void *_s101;                                                                      /* 101 ReleaseCustomOpDomain */
 } OrtApi;

@@ -51,7 +51,7 @@ enum OnnxRuntime {
             guard let base = vp_ort_load(path, &message, message.count), let get = base.pointee.GetApi, let api = get(1) else {
                 let why = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
                 throw NodeError(.onnxruntimeMissing,
-                                "the silero VAD needs ONNX Runtime, which could not be loaded from \(path) (\(why)); run scripts/install-onnx.sh, or set VOICEPIPE_ONNXRUNTIME to a libonnxruntime.so")
+                                "ONNX Runtime (for the silero VAD, smart-turn and piper voices) could not be loaded from \(path) (\(why)); run scripts/install-onnx.sh, or set VOICEPIPE_ONNXRUNTIME to a libonnxruntime.so")
             }
             let table = Table(pointer: api)
             state = table

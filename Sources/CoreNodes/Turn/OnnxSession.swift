@@ -7,8 +7,9 @@ import PipelineCore
 /// The Silero VAD (three inputs, two outputs, state carried between runs) and Smart Turn (one float
 /// input, one output: ``run(_:shape:count:)``) both run on it.
 ///
-/// Not thread-safe: one session belongs to one node.
-final class OnnxSession {
+/// Not thread-safe: one session belongs to one node (or to one owner that runs it under a lock, as
+/// the `tts` node's Piper voices do).
+package final class OnnxSession {
     private let api: UnsafePointer<OrtApi>
     private var env: OpaquePointer?
     private var options: OpaquePointer?
@@ -19,15 +20,21 @@ final class OnnxSession {
     private let outputNames: [UnsafePointer<CChar>?]
 
     /// What a model that cannot be had is reported as: the codes, and a hint on what to do.
-    struct Problems {
-        var missing: NodeErrorCode = .modelMissing
-        var invalid: NodeErrorCode = .modelLoad
-        var hint = ""
+    package struct Problems {
+        package var missing: NodeErrorCode = .modelMissing
+        package var invalid: NodeErrorCode = .modelLoad
+        package var hint = ""
+        package init(missing: NodeErrorCode = .modelMissing, invalid: NodeErrorCode = .modelLoad, hint: String = "") {
+            self.missing = missing
+            self.invalid = invalid
+            self.hint = hint
+        }
     }
 
-    /// Loads `modelPath` with the named inputs and outputs; `what` names the model in errors.
-    init(modelPath: String, inputs: [String], outputs: [String], what: String, variables: [String: String],
-         problems: Problems = Problems()) throws {
+    /// Loads `modelPath` with the named inputs and outputs; `what` names the model in errors. A run uses
+    /// up to `threads` threads.
+    package init(modelPath: String, inputs: [String], outputs: [String], what: String, variables: [String: String],
+                 problems: Problems = Problems(), threads: Int = 1) throws {
         api = try OnnxRuntime.api(variables)
         inputNames = inputs.map { UnsafePointer(strdup($0)) }
         outputNames = outputs.map { UnsafePointer(strdup($0)) }
@@ -37,7 +44,7 @@ final class OnnxSession {
         do {
             try check(api.pointee.CreateEnv(Int32(ORT_LOGGING_LEVEL_ERROR), "voicepipe", &env))
             try check(api.pointee.CreateSessionOptions(&options))
-            try check(api.pointee.SetIntraOpNumThreads(options, 1))
+            try check(api.pointee.SetIntraOpNumThreads(options, Int32(max(1, threads))))
             try check(api.pointee.SetInterOpNumThreads(options, 1))
             try check(api.pointee.SetSessionGraphOptimizationLevel(options, Int32(ORT_ENABLE_ALL)))
             try check(api.pointee.CreateSession(env, modelPath, options, &session))
@@ -85,7 +92,7 @@ final class OnnxSession {
     }
 
     /// Tensors for a run, in input order (all made, or none: those made are released on a failure).
-    func tensors(_ specs: [(bytes: UnsafeMutableRawBufferPointer, shape: [Int64], type: Int32)]) throws -> [OpaquePointer?] {
+    package func tensors(_ specs: [(bytes: UnsafeMutableRawBufferPointer, shape: [Int64], type: Int32)]) throws -> [OpaquePointer?] {
         var values: [OpaquePointer?] = []
         do {
             for spec in specs { values.append(try tensor(spec.bytes, shape: spec.shape, type: spec.type)) }
@@ -99,18 +106,30 @@ final class OnnxSession {
     /// Runs the model on `inputs` (one tensor per input name, in order, released here) and lets `body`
     /// read each output's data while the outputs live.
     func run<R>(_ inputs: [OpaquePointer?], _ body: ([UnsafeMutableRawPointer]) throws -> R) throws -> R {
+        try runCounting(inputs) { outputs in try body(outputs.map(\.data)) }
+    }
+
+    /// Runs the model on `inputs` (one tensor per input name, in order, released here) and lets `body`
+    /// read each output's data and its number of elements while the outputs live: for models whose
+    /// outputs' sizes depend on the input (speech synthesis).
+    package func runCounting<R>(_ inputs: [OpaquePointer?], _ body: ([(data: UnsafeMutableRawPointer, count: Int)]) throws -> R) throws -> R {
         var outputs = [OpaquePointer?](repeating: nil, count: outputNames.count)
         defer { for v in inputs + outputs { if let v { api.pointee.ReleaseValue(v) } } }
         guard inputs.count == inputNames.count else {
             throw NodeError(.onnxruntime, "\(inputs.count) input tensors for a model with \(inputNames.count) inputs")
         }
         try check(api.pointee.Run(session, nil, inputNames, inputs, inputs.count, outputNames, outputNames.count, &outputs))
-        var data: [UnsafeMutableRawPointer] = []
+        var data: [(data: UnsafeMutableRawPointer, count: Int)] = []
         for output in outputs {
             var p: UnsafeMutableRawPointer?
             try check(api.pointee.GetTensorMutableData(output, &p))
             guard let p else { throw NodeError(.onnxruntime, "the model returned no output") }
-            data.append(p)
+            var info: OpaquePointer?
+            try check(api.pointee.GetTensorTypeAndShape(output, &info))
+            defer { if let info { api.pointee.ReleaseTensorTypeAndShapeInfo(info) } }
+            var count = 0
+            try check(api.pointee.GetTensorShapeElementCount(info, &count))
+            data.append((p, count))
         }
         return try body(data)
     }

@@ -73,6 +73,15 @@ enum EspeakLibrary {
         }
     }
 
+    /// Runs `body` under the library's lock once it is initialized: for callers of espeak-ng's other
+    /// functions (the Piper voices' phonemizer).
+    static func withLibrary<R: Sendable>(_ body: () throws -> R) throws -> R {
+        try state.withLock { s in
+            _ = try s.initialize()
+            return try body()
+        }
+    }
+
     /// The language of each voice espeak-ng has (what `voice` takes), sorted. Call under the lock.
     private static func voiceNames() -> [String] {
         guard let list = espeak_ListVoices(nil) else { return [] }

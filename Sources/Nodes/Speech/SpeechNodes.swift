@@ -2,5 +2,5 @@ import PipelineCore
 
 /// Speech synthesis nodes.
 enum SpeechNodes {
-    static var all: [NodeDescriptor] { [TTSNode.descriptor] }
+    static var all: [NodeDescriptor] { [TTSNode.descriptor, TextSourceNode.descriptor] }
 }

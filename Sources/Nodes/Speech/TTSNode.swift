@@ -59,6 +59,7 @@ public actor TTSNode: Node {
         let synthesizer = makeSynthesizer("tts-\(context.id)")
         defer { synthesizer.stop() }
         try await synthesizer.start()
+        try await Self.emitNotices(of: synthesizer, context: context)
         let queue = SynthesisQueue(capacity: Self.queueCapacity)
         let texts = context.input("text")
         let cut = CutAnswers()
@@ -133,6 +134,7 @@ public actor TTSNode: Node {
                         }
                     }
                     context.count("sentences")
+                    try await emitNotices(of: synthesizer, context: context)
                 } catch is CancellationError {
                     throw CancellationError()
                 } catch {

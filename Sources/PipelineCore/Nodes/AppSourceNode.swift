@@ -1,8 +1,9 @@
-/// The `app-source` node: audio pushed by an embedding Swift app.
+/// The `app-source` node: audio (or text) pushed by an embedding Swift app.
 ///
 /// The app gets the node from ``Pipeline/appSource(_:)`` and calls ``push(_:)`` with PCM; the node's
 /// queue follows the same rules as an edge (`capacity`, `overflow`): under `block` a push waits
 /// for room, under the drop policies it never waits and drops are counted. ``finish()`` ends the stream.
+/// Text pushed with ``push(text:)`` leaves as text frames (for a graph that speaks, e.g. into `tts`).
 ///
 /// ```swift
 /// let mic = pipeline.appSource("mic")!
@@ -26,6 +27,13 @@ public final class AppSourceNode: Node {
         let index = position.add(Int64(samples.count / max(format.channels, 1)))
         await queue.send(.audio(samples, format: format, sampleIndex: index))
     }
+
+    /// Pushes one text (a text frame; its `pts` counts the texts pushed, in milliseconds).
+    public func push(text: String) async {
+        let n = textCount.add(1) + 1
+        await queue.send(.text(text, pts: n * 1_000_000))
+    }
+    private let textCount = Atomic64()
 
     /// Ends the stream: the pipeline drains and finishes.
     public func finish() { queue.producerFinished() }
@@ -60,8 +68,8 @@ public final class AppSourceNode: Node {
 
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
-        type: "app-source", summary: "Audio pushed by an embedding Swift app (Pipeline.appSource(id).push)",
-        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio])],
+        type: "app-source", summary: "Audio pushed by an embedding Swift app (Pipeline.appSource(id).push); or text (push(text:))",
+        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio, .text], doc: "the pushed audio, in the node's format; pushed texts as text frames")],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
         executor: .realtime,

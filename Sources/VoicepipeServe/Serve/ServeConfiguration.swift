@@ -45,6 +45,9 @@ package struct ServeConfiguration: Sendable {
         var maxFrameBytes: Int
         /// The template's `app-sink` taking audio, if any: its audio goes back to the client.
         var answer: Answer?
+        /// A Wyoming route whose graph speaks (an `app-source` `text` feeding text, an `app-sink`
+        /// `speaker` taking audio): the speaker's id. Such a route is a Wyoming TTS server.
+        var speakerID: String?
     }
 
     /// Where a session's answer audio comes from (websocket routes): the template's one `app-sink` fed
@@ -326,8 +329,14 @@ package struct ServeConfiguration: Sendable {
                         + "(\(answerSinks.map(\.id).joined(separator: ", "))); the session's answer audio comes from one")
                 return nil
             }
+            if kind == .wyoming && source.id == "text" && sink.id == "speaker" {
+                return Route(name: routeName, kind: kind, path: path, port: port, graphPath: resolvedPath, graph: validated, sourceID: source.id,
+                             format: AudioFormat(sampleRate: c.rate, channels: c.channels), keys: keys, maxDurationS: maxDuration,
+                             maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame, answer: nil, speakerID: sink.id)
+            }
             guard kind == .websocket else {
-                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only a websocket route sends back")
+                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only a websocket route sends back"
+                        + (kind == .wyoming ? " (a Wyoming speech synthesis graph has an app-source with id text and an app-sink with id speaker)" : ""))
                 return nil
             }
             var interrupters: [String: Set<String>?] = [:]

@@ -13,7 +13,8 @@ import Wyoming
 /// recorded only), answered with one `transcript` holding the final texts. Audio in another rate or
 /// channel count than the template's `app-source` is converted; only 16-bit samples are taken. A session
 /// refused (server full or draining) or failing is an `error` event with a code, and the connection stays
-/// usable. A graph with a `wake` node also answers each wake word as it is heard with `detection`
+/// usable. A graph with an `app-source` `text` and an `app-sink` `speaker` is a speech synthesis service
+/// instead (``WyomingSpeech``). A graph with a `wake` node also answers each wake word as it is heard with `detection`
 /// (`name`, `timestamp` in ms of the session's audio) and lists its words under `wake` in `info`.
 enum WyomingFrontEnd {
     static func bind(server: ServeServer, route: ServeConfiguration.Route, group: any EventLoopGroup) async throws -> any Channel {
@@ -27,6 +28,12 @@ enum WyomingFrontEnd {
                     try channel.pipeline.syncOperations.addHandler(WyomingConnectionHandler(connection: WyomingServeConnection(server: server, route: route, channel: channel)))
                 }
             }
+        if route.speakerID != nil, let tts = WyomingSpeech.tts(route) {
+            // The voice is loaded while the server starts, not by the first request.
+            Task {
+                do { try await tts.preload() } catch { server.logger.warning("route \(route.name): \(error)") }
+            }
+        }
         return try await bootstrap.bind(host: server.configuration.listen.host, port: route.port ?? 10300).get()
     }
 
@@ -191,6 +198,10 @@ final class WyomingServeConnection: Sendable {
     private func run(_ inputs: AsyncStream<Input>) async {
         var session: Session?
         var token: WyomingToken?
+        // A speech synthesis route (text in, audio out) has sessions of its own.
+        let speech = route.speakerID == nil ? nil
+            : WyomingSpeech(server: server, route: route, remote: channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" },
+                            send: { [self] in self.send($0) })
         let watchdog = Task { await watchIdle() }
         defer {
             watchdog.cancel()
@@ -214,6 +225,7 @@ final class WyomingServeConnection: Sendable {
                 channel.close(promise: nil)
                 break loop
             case .drain:
+                await speech?.finish(outcome: "shutdown")
                 if let s = session {
                     await stop(s, outcome: "shutdown")
                     end(token)
@@ -222,6 +234,10 @@ final class WyomingServeConnection: Sendable {
                 }
                 channel.close(promise: nil)
                 break loop
+            }
+            if let speech {
+                await speech.handle(event)
+                continue
             }
             switch event.type {
             case "describe":
@@ -294,6 +310,7 @@ final class WyomingServeConnection: Sendable {
             }
         }
         // The client left: stop whatever was running.
+        await speech?.finish(outcome: "disconnected")
         activity.withLock { $0.open = false }
         if let s = session {
             s.pipeline.stop()

@@ -1,0 +1,129 @@
+import Foundation
+import PipelineCore
+import Synchronization
+
+/// `engine: piper`: a Piper voice (a VITS model in ONNX with its JSON configuration) on the project's
+/// ONNX Runtime, phonemized by the embedded eSpeak NG.
+///
+/// ``start()`` loads the voice (``PiperVoice/shared(model:threads:variables:)``: one copy per process,
+/// warmed up by a first run) and checks its espeak voice and `speaker`. Each sentence is cleaned
+/// (``SpeechScripts``: control characters out, letters of scripts the voice cannot read left out and
+/// reported as `tts_skipped`), cut into pieces (``SpeechPieces``: when the engine was idle — somebody
+/// waits for the first sound — a long sentence's first clause or phrase alone; every piece bounded),
+/// and each piece is phonemized (``PiperPhonemizer``), turned into the
+/// voice's phoneme ids, synthesized and delivered as soon as it is made, at the voice's own rate (the
+/// node converts it to `rate`). Each piece's audio is scaled to full range (as Piper does); a
+/// sentence's audio ends with ``sentenceSilenceMs`` of silence.
+final class PiperSynthesizer: ReportingSynthesizer {
+    /// What the `tts` parameters set.
+    struct Settings: Sendable {
+        var voice: String?
+        var speed: Double = 1
+        var noiseScale: Double?
+        var noiseW: Double?
+        var speaker: String?
+        var threads: Int = 2
+        var variables: [String: String] = [:]
+    }
+
+    /// Silence after each sentence, ms.
+    static let sentenceSilenceMs = 150
+
+    struct Loaded: Sendable {
+        let voice: PiperVoice
+        let speaker: Int64?
+        let scales: [Float]
+        let letters: SpeechScripts.Ranges
+    }
+
+    let settings: Settings
+    let worker: BlockingWorker
+    private let loaded = Mutex<Loaded?>(nil)
+    private let notices = Mutex<[SynthesisNotice]>([])
+    /// When the last sentence was done.
+    private let finished = Mutex<ContinuousClock.Instant?>(nil)
+
+    init(settings: Settings, name: String) {
+        self.settings = settings
+        self.worker = BlockingWorker(name: name)
+    }
+
+    func start() async throws {
+        let settings = self.settings
+        if let problem = PiperFiles.problem(settings.voice, settings.variables) { throw NodeError(.voiceUnavailable, problem) }
+        let model = PiperFiles.model(settings.voice, settings.variables)
+        let state = try await worker.run { () throws -> Loaded in
+            let voice = try PiperVoice.shared(model: model, threads: settings.threads, variables: settings.variables)
+            let c = voice.configuration
+            if let problem = EspeakLibrary.problem(voice: c.espeakVoice) {
+                throw NodeError(.voiceUnavailable, "Piper voice \(model) reads espeak-ng's '\(c.espeakVoice)' phonemes: \(problem)")
+            }
+            let speaker = try c.speakerID(settings.speaker)
+            let scales = [Float(settings.noiseScale ?? c.noiseScale), Float(c.lengthScale / settings.speed), Float(settings.noiseW ?? c.noiseW)]
+            return Loaded(voice: voice, speaker: speaker, scales: scales,
+                          letters: SpeechScripts.ranges(language: c.language ?? c.espeakVoice))
+        }
+        loaded.withLock { $0 = state }
+    }
+
+    func synthesize(_ sentence: String, deliver: @Sendable (AudioBuffer) async throws -> Void) async throws {
+        guard let state = loaded.withLock({ $0 }) else {
+            throw NodeError(.synthesisFailed, "the Piper voice is not loaded")
+        }
+        let format = AudioFormat(sampleRate: state.voice.configuration.sampleRate, channels: 1)
+        let (text, skipped) = SpeechScripts.sayable(sentence, ranges: state.letters)
+        if !skipped.isEmpty {
+            note(.ttsSkipped, [("text", .string(skipped)),
+                               ("reason", .string("the voice \(state.voice.name) (\(state.voice.configuration.language ?? state.voice.configuration.espeakVoice)) cannot read these letters"))])
+        }
+        // A sentence that comes while the engine was idle is one somebody waits for: its first piece is
+        // cut short. One that follows right behind another plays after it: it goes whole (bounded).
+        let waiting = finished.withLock { last in last.map { ContinuousClock.now - $0 > .milliseconds(50) } ?? true }
+        let pieces = SpeechPieces.pieces(text, limits: waiting ? .eager : .relaxed)
+        defer { finished.withLock { $0 = .now } }
+        for (n, piece) in pieces.enumerated() {
+            try Task.checkCancellation()
+            let (samples, unknown) = try await worker.run { try Self.speak(piece, state) }
+            if !unknown.isEmpty {
+                note(.ttsSkipped, [("text", .string(String(String.UnicodeScalarView(unknown)))),
+                                   ("reason", .string("phonemes the voice \(state.voice.name) has no id for"))])
+            }
+            var audio = samples
+            if n + 1 == pieces.count && !audio.isEmpty {
+                audio += [Int16](repeating: 0, count: format.sampleRate * Self.sentenceSilenceMs / 1000)
+            }
+            if !audio.isEmpty { try await deliver(AudioBuffer(format: format, samples: audio)) }
+        }
+    }
+
+    /// One piece: phonemes, ids, the model's audio scaled to 16-bit full range. Blocking.
+    static func speak(_ piece: String, _ state: Loaded) throws -> (samples: [Int16], unknown: [Unicode.Scalar]) {
+        let c = state.voice.configuration
+        let phonemes = try PiperPhonemizer.phonemes(piece, voice: c.espeakVoice)
+        guard phonemes.contains(where: { !$0.isWhitespace && !$0.isPunctuation }) else { return ([], []) }
+        let (ids, unknown) = c.ids(for: phonemes)
+        let floats = try state.voice.audio(ids: ids, scales: state.scales, speaker: state.speaker)
+        return (scaled(floats), unknown)
+    }
+
+    /// Floats to 16-bit samples, the loudest at full range (the gain at most 100, as Piper's).
+    static func scaled(_ floats: [Float]) -> [Int16] {
+        var peak: Float = 0.01
+        for f in floats where f.isFinite { peak = max(peak, abs(f)) }
+        let gain = 32767 / peak
+        return floats.map { f in f.isFinite ? Int16(max(-32767, min(32767, (f * gain).rounded()))) : 0 }
+    }
+
+    func stop() { worker.shutdown() }
+
+    func takeNotices() -> [SynthesisNotice] {
+        notices.withLock { n in
+            defer { n = [] }
+            return n
+        }
+    }
+
+    private func note(_ name: EventName, _ fields: [(String, EventValue)]) {
+        notices.withLock { $0.append(SynthesisNotice(name: name, fields: fields)) }
+    }
+}
