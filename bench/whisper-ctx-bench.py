@@ -171,7 +171,7 @@ def measure(args, tmp, wav, spans, load):
     try:
         time.sleep(1.0 if load else 0)
         r = {}
-        for ctx in ["auto", "full"]:
+        for ctx in args.contexts.split(","):
             events, counters, wall = run_voicepipe(args.voicepipe, tmp, wav, ctx, args.threads, paced=False)
             r[ctx] = dict(events=events, finals=finals_of(events), counters=counters, wall=wall)
         utt = [(f["start_ms"], f["end_ms"]) for f in r["auto"]["finals"]]
@@ -202,7 +202,7 @@ def report(args, spans, runs):
         fw_texts = [x["text"] for x in fw0]
         auto_sum = sum(f.get("decode_ms", 0) for f in r["auto"]["finals"]) / 1000
         rows = []
-        for ctx in ["auto", "full"]:
+        for ctx in args.contexts.split(","):
             fin = r[ctx]["finals"]
             ms = [f.get("decode_ms", 0) for f in fin]
             hyp = assign(fin, spans)
@@ -257,6 +257,7 @@ def main():
     ap.add_argument("--compute", default="int8,float32", help="faster-whisper compute types, comma-separated")
     ap.add_argument("--loads", default="0,1", help="competing busy processes per round, comma-separated")
     ap.add_argument("--limit", type=int, default=0, help="at most this many sentences (0: all)")
+    ap.add_argument("--contexts", default="auto,full", help="voicepipe audio_ctx values to run, comma-separated (auto first)")
     ap.add_argument("--no-paced", action="store_true")
     ap.add_argument("--out", default="bench/results/whisper-ctx.md")
     args = ap.parse_args()

@@ -21,16 +21,15 @@ struct WhisperContextTests {
 
     @Test("auto: the utterance's frames plus a margin, then a larger context, then the whole window")
     func ladder() {
-        // 2 s = 100 frames; + 64 of margin, rounded up to 32: 192; then twice that, rounded: 384... at least +256: 448.
-        #expect(WhisperAudioContext.auto.ladder(samples: 32_000) == [192, 448, 1500])
-        // A short utterance still gets the smallest context.
-        #expect(WhisperAudioContext.auto.ladder(samples: 4_000) == [128, 384, 1500])
-        // 12 s = 600 frames -> 672, then 1344, then the window.
-        #expect(WhisperAudioContext.auto.ladder(samples: 192_000) == [672, 1344, 1500])
-        // 20 s: the second step would pass the window.
-        #expect(WhisperAudioContext.auto.ladder(samples: 320_000) == [1088, 1500])
-        // Longer than the window less its margin: the whole window at once.
-        #expect(WhisperAudioContext.auto.ladder(samples: 16_000 * 29) == [1500])
+        // 2 s = 100 frames; + 64 of margin: 164, under the smallest context (256); then 512.
+        #expect(WhisperAudioContext.auto.ladder(samples: 32_000) == [256, 512, 1500])
+        #expect(WhisperAudioContext.auto.ladder(samples: 4_000) == [256, 512, 1500])
+        // 8 s = 400 frames, + half of it: 600 -> 608, then 1216, then the window.
+        #expect(WhisperAudioContext.auto.ladder(samples: 128_000) == [608, 1216, 1500])
+        // 12 s = 600 frames -> 900 -> 928; the second step would pass the window.
+        #expect(WhisperAudioContext.auto.ladder(samples: 192_000) == [928, 1500])
+        // Longer than two thirds of the window: the whole window at once.
+        #expect(WhisperAudioContext.auto.ladder(samples: 16_000 * 20) == [1500])
         #expect(WhisperAudioContext.auto.ladder(samples: 16_000 * 45) == [1500])
         #expect(WhisperAudioContext.full.ladder(samples: 16_000) == [1500])
         // A number is a floor: kept for short utterances, raised for long ones.
@@ -54,10 +53,12 @@ struct WhisperContextTests {
         }
         #expect(WhisperGuard.failure(text: "the the the the the the", tokensPerSegment: [8], durationMs: 3_000) == "repetition")
         #expect(WhisperGuard.failure(text: "I'm going to, I'm going to, I'm going to, I'm going to", tokensPerSegment: [20], durationMs: 6_000) == "repetition")
+        // A sentence started over: the decoder said it twice.
+        #expect(WhisperGuard.failure(text: "Users will join the conference. Users will join the conference.", tokensPerSegment: [14], durationMs: 1_950) == "repetition")
         let runaway = Array(repeating: "word", count: 3).joined(separator: " ") + " " + (1...30).map { "w\($0)" }.joined(separator: " ")
         #expect(WhisperGuard.failure(text: runaway, tokensPerSegment: [10], durationMs: 2_000) == "length")
-        // Eight different words six times over: no short phrase repeats back to back, but the text compresses.
-        let compressible = String(repeating: "one two three four five six seven eight ", count: 6)
+        // Repeated with a word between: no run of words is said twice in a row, but the text compresses.
+        let compressible = (1...6).map { "one two three four five six seven eight number \($0)" }.joined(separator: " ")
         #expect(WhisperGuard.failure(text: compressible, tokensPerSegment: [30], durationMs: 20_000) == "compression")
         #expect(WhisperGuard.failure(text: "Hello there.", tokensPerSegment: [WhisperGuard.maxTokens(durationMs: 1_000)], durationMs: 1_000) == "token_limit")
         #expect(WhisperGuard.maxTokens(durationMs: 2_000) == 32)

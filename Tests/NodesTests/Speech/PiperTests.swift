@@ -35,27 +35,27 @@ struct PiperTests {
 
     @Test("a long sentence's first clause is cut off; every piece is bounded; all words are kept")
     func pieces() {
-        #expect(SpeechPieces.pieces("Turn on the lights.") == ["Turn on the lights."])
-        #expect(SpeechPieces.pieces("Well, after a long day at the office, I finally went home to rest.")
+        #expect(PiperPieces.pieces("Turn on the lights.") == ["Turn on the lights."])
+        #expect(PiperPieces.pieces("Well, after a long day at the office, I finally went home to rest.")
                 == ["Well, after a long day at the office,", "I finally went home to rest."])
         // A first clause of fewer than three words is not cut alone; without a longer one, the first piece
         // ends before a phrase's first word — unless the sentence plays behind another (relaxed).
         let yes = "Yes, I think the weather will be fine for the picnic tomorrow afternoon."
-        #expect(SpeechPieces.pieces(yes) == ["Yes, I think the weather will be fine", "for the picnic tomorrow afternoon."])
-        #expect(SpeechPieces.pieces(yes, limits: .relaxed) == [yes])
-        #expect(SpeechPieces.pieces("The package weighs 15 kilograms and costs 89 dollars.")
+        #expect(PiperPieces.pieces(yes) == ["Yes, I think the weather will be fine", "for the picnic tomorrow afternoon."])
+        #expect(PiperPieces.pieces(yes, limits: .relaxed) == [yes])
+        #expect(PiperPieces.pieces("The package weighs 15 kilograms and costs 89 dollars.")
                 == ["The package weighs 15 kilograms", "and costs 89 dollars."])
         // No phrase word early enough, or too little after it: one piece.
-        #expect(SpeechPieces.pieces("Elizabeth Williams definitely sounds extremely happy today my friend.").count == 1)
+        #expect(PiperPieces.pieces("Elizabeth Williams definitely sounds extremely happy today my friend.").count == 1)
         let words = (1...100).map { "word\($0)" }
         let long = words.joined(separator: " ")
-        let pieces = SpeechPieces.pieces(long)
+        let pieces = PiperPieces.pieces(long)
         #expect(pieces.count == 5 && pieces.allSatisfy { $0.split(separator: " ").count <= 24 })
         #expect(pieces.joined(separator: " ") == long)
         // A megabyte without a space or a stop: bounded pieces, quickly.
         let began = ContinuousClock.now
         let blob = String(repeating: "abcdefghij", count: 100_000)
-        let cut = SpeechPieces.pieces(blob)
+        let cut = PiperPieces.pieces(blob)
         #expect(cut.allSatisfy { $0.count <= 240 } && cut.joined() == blob)
         #expect(ContinuousClock.now - began < .seconds(20))
     }

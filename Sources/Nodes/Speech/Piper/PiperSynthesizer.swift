@@ -8,7 +8,7 @@ import Synchronization
 /// ``start()`` loads the voice (``PiperVoice/shared(model:threads:variables:)``: one copy per process,
 /// warmed up by a first run) and checks its espeak voice and `speaker`. Each sentence is cleaned
 /// (``SpeechScripts``: control characters out, letters of scripts the voice cannot read left out and
-/// reported as `tts_skipped`), cut into pieces (``SpeechPieces``: when the engine was idle — somebody
+/// reported as `tts_skipped`), cut into pieces (``PiperPieces``: when the engine was idle — somebody
 /// waits for the first sound — a long sentence's first clause or phrase alone; every piece bounded),
 /// and each piece is phonemized (``PiperPhonemizer``), turned into the
 /// voice's phoneme ids, synthesized and delivered as soon as it is made, at the voice's own rate (the
@@ -79,7 +79,7 @@ final class PiperSynthesizer: ReportingSynthesizer {
         // A sentence that comes while the engine was idle is one somebody waits for: its first piece is
         // cut short. One that follows right behind another plays after it: it goes whole (bounded).
         let waiting = finished.withLock { last in last.map { ContinuousClock.now - $0 > .milliseconds(50) } ?? true }
-        let pieces = SpeechPieces.pieces(text, limits: waiting ? .eager : .relaxed)
+        let pieces = PiperPieces.pieces(text, limits: waiting ? .eager : .relaxed)
         defer { finished.withLock { $0 = .now } }
         for (n, piece) in pieces.enumerated() {
             try Task.checkCancellation()

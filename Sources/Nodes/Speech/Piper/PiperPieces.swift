@@ -11,10 +11,10 @@
 ///   character bound (no spaces at all) is cut into parts.
 ///
 /// ```swift
-/// SpeechPieces.pieces("Well, after a long day at the office, I finally went home to rest.")
+/// PiperPieces.pieces("Well, after a long day at the office, I finally went home to rest.")
 /// // ["Well, after a long day at the office,", "I finally went home to rest."]
 /// ```
-public enum SpeechPieces {
+public enum PiperPieces {
     /// The bounds of the pieces.
     public struct Limits: Sendable {
         /// A sentence longer than this (in words) has its first clause cut off.
