@@ -15,6 +15,11 @@ package struct ServeConfiguration: Sendable {
         case wyoming
         /// Binary PCM in, JSON-lines events out (WebSocket).
         case websocket
+        /// Asterisk's AudioSocket (TCP, its own port): one telephone call per connection.
+        case audiosocket
+
+        /// Whether the route is a WebSocket path on the HTTP listener (else it has its own TCP port).
+        var usesPath: Bool { self == .websocket || self == .tencentASR }
     }
 
     /// A key pair accepted on a `tencent-asr` route for one appid.
@@ -28,7 +33,7 @@ package struct ServeConfiguration: Sendable {
         var kind: FrontEnd
         /// HTTP path (WebSocket routes); `{appid}` matches one path segment.
         package var path: String?
-        /// TCP port (Wyoming).
+        /// TCP port (Wyoming, AudioSocket).
         package var port: Int?
         var graphPath: String
         var graph: ValidatedGraph
@@ -290,6 +295,7 @@ package struct ServeConfiguration: Sendable {
         let routeName = name ?? kind.rawValue
         switch kind {
         case .wyoming where port == nil: problem(n, "route '\(routeName)': a wyoming route needs `port:` (TCP)"); return nil
+        case .audiosocket where port == nil: problem(n, "route '\(routeName)': an audiosocket route needs `port:` (TCP)"); return nil
         case .tencentASR, .websocket:
             if path == nil { problem(n, "route '\(routeName)': a \(kind.rawValue) route needs `path:`"); return nil }
             if kind == .tencentASR && keys.isEmpty { problem(n, "route '\(routeName)': a tencent-asr route needs `keys:` (appid → secret_id, secret_key)"); return nil }
@@ -312,7 +318,7 @@ package struct ServeConfiguration: Sendable {
             problem(n, "route '\(routeName)': the graph \(graph) must have exactly one app-source node (it has \(sources.count)); the session's audio goes there")
             return nil
         }
-        // An app-sink fed audio is where the session's answer comes from (websocket routes only).
+        // An app-sink fed audio is where the session's answer comes from (websocket and audiosocket routes).
         let answerSinks = validated.nodes.filter { node in
             node.descriptor.type == "app-sink" && validated.links.contains { l in
                 l.toNode == node.id && l.toPort == "in"
@@ -326,8 +332,8 @@ package struct ServeConfiguration: Sendable {
                         + "(\(answerSinks.map(\.id).joined(separator: ", "))); the session's answer audio comes from one")
                 return nil
             }
-            guard kind == .websocket else {
-                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only a websocket route sends back")
+            guard kind == .websocket || kind == .audiosocket else {
+                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only websocket and audiosocket routes send back")
                 return nil
             }
             var interrupters: [String: Set<String>?] = [:]

@@ -24,6 +24,8 @@ package final class ServeServer: Sendable {
         var wyoming: Set<ObjectIdentifier> = []
         /// Open Wyoming connections, ended at the close of a drain.
         var wyomingConnections: [ObjectIdentifier: WyomingServeConnection] = [:]
+        /// Open AudioSocket calls (counted in `wyoming` once admitted), ended at the close of a drain.
+        var calls: [ObjectIdentifier: AudioSocketCall] = [:]
         var channels: [any Channel] = []
         var eventsLoop: Task<Void, Never>?
         /// WebSocket upgrades accepted before a drain began whose sessions have not been admitted yet:
@@ -160,6 +162,11 @@ package final class ServeServer: Sendable {
             state.withLock { $0.channels.append(c) }
             logger.info("route '\(route.name)': Wyoming on TCP port \(c.localAddress?.port ?? route.port ?? 0)")
         }
+        for route in configuration.routes where route.kind == .audiosocket {
+            let c = try await AudioSocket.bind(server: self, route: route, group: group)
+            state.withLock { $0.channels.append(c) }
+            logger.info("route '\(route.name)': AudioSocket on TCP port \(c.localAddress?.port ?? route.port ?? 0)")
+        }
         return channel.localAddress?.port ?? configuration.listen.port
     }
 
@@ -173,7 +180,7 @@ package final class ServeServer: Sendable {
     /// The route whose path matches (`{name}` matches one segment), with the segments it captured.
     func route(for path: String) -> (ServeConfiguration.Route, [String: String])? {
         let parts = path.split(separator: "/", omittingEmptySubsequences: true)
-        for route in configuration.routes where route.kind != .wyoming {
+        for route in configuration.routes where route.kind.usesPath {
             guard let pattern = route.path?.split(separator: "/", omittingEmptySubsequences: true), pattern.count == parts.count else { continue }
             var captures: [String: String] = [:]
             var ok = true
@@ -214,6 +221,14 @@ package final class ServeServer: Sendable {
         state.withLock { $0.wyomingConnections[ObjectIdentifier(c)] = c }
     }
 
+    func addCall(_ c: AudioSocketCall) {
+        state.withLock { $0.calls[ObjectIdentifier(c)] = c }
+    }
+
+    func removeCall(_ c: AudioSocketCall) {
+        _ = state.withLock { $0.calls.removeValue(forKey: ObjectIdentifier(c)) }
+    }
+
     func removeWyomingConnection(_ c: WyomingServeConnection) {
         _ = state.withLock { $0.wyomingConnections.removeValue(forKey: ObjectIdentifier(c)) }
     }
@@ -243,6 +258,8 @@ package final class ServeServer: Sendable {
         for s in left { s.endForShutdown() }
         // Open Wyoming transcriptions end as if audio-stop had come: their clients get their transcripts.
         for c in state.withLock({ Array($0.wyomingConnections.values) }) { c.endForShutdown() }
+        // AudioSocket calls end with their queued answer played, then a hangup.
+        for c in state.withLock({ Array($0.calls.values) }) { c.endForShutdown() }
         let until = ContinuousClock.now + .seconds(5)
         while sessionCount > 0 && ContinuousClock.now < until {
             try? await Task.sleep(for: .milliseconds(50))
