@@ -17,9 +17,11 @@ package struct ServeConfiguration: Sendable {
         case websocket
         /// Asterisk's AudioSocket (TCP, its own port): one telephone call per connection.
         case audiosocket
+        /// Twilio Media Streams (WebSocket): one telephone call per connection.
+        case twilio
 
         /// Whether the route is a WebSocket path on the HTTP listener (else it has its own TCP port).
-        var usesPath: Bool { self == .websocket || self == .tencentASR }
+        var usesPath: Bool { self == .websocket || self == .tencentASR || self == .twilio }
     }
 
     /// A key pair accepted on a `tencent-asr` route for one appid.
@@ -296,7 +298,7 @@ package struct ServeConfiguration: Sendable {
         switch kind {
         case .wyoming where port == nil: problem(n, "route '\(routeName)': a wyoming route needs `port:` (TCP)"); return nil
         case .audiosocket where port == nil: problem(n, "route '\(routeName)': an audiosocket route needs `port:` (TCP)"); return nil
-        case .tencentASR, .websocket:
+        case .tencentASR, .websocket, .twilio:
             if path == nil { problem(n, "route '\(routeName)': a \(kind.rawValue) route needs `path:`"); return nil }
             if kind == .tencentASR && keys.isEmpty { problem(n, "route '\(routeName)': a tencent-asr route needs `keys:` (appid → secret_id, secret_key)"); return nil }
         default: break
@@ -332,8 +334,8 @@ package struct ServeConfiguration: Sendable {
                         + "(\(answerSinks.map(\.id).joined(separator: ", "))); the session's answer audio comes from one")
                 return nil
             }
-            guard kind == .websocket || kind == .audiosocket else {
-                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only websocket and audiosocket routes send back")
+            guard kind == .websocket || kind == .audiosocket || kind == .twilio else {
+                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only websocket, audiosocket and twilio routes send back")
                 return nil
             }
             var interrupters: [String: Set<String>?] = [:]

@@ -135,6 +135,12 @@ package final class ServeServer: Sendable {
                         upgradePipelineHandler: { ch, head in
                             ch.eventLoop.makeCompletedFuture {
                                 guard let (route, captures) = box.value else { server.releaseUpgrade(); throw ChannelError.inappropriateOperationForState }
+                                if route.kind == .twilio {
+                                    // A Twilio call is admitted at its `start` message (TwilioCall).
+                                    server.releaseUpgrade()
+                                    try ch.pipeline.syncOperations.addHandler(TwilioStreamHandler(call: TwilioCall(server: server, route: route, channel: ch)))
+                                    return
+                                }
                                 let session = ServeSession(server: server, route: route, head: head, captures: captures, channel: ch)
                                 try ch.pipeline.syncOperations.addHandler(WebSocketSessionHandler(session: session))
                             }
