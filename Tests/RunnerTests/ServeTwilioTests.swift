@@ -131,4 +131,40 @@ struct ServeTwilioTests {
         #expect(try ServeAudioSocketTests.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"idle\"} 1"))
         #expect(try ServeAudioSocketTests.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
     }
+
+    @Test("SIGTERM: open Twilio and AudioSocket calls end after the drain grace period, their queued answer played, with a close and a hangup")
+    func drain() throws {
+        let dir = tempDir()
+        let echo = dir.appendingPathComponent("echo.yaml")
+        try """
+            version: 1
+            nodes:
+              mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
+              speaker: { type: app-sink, capacity: 500 }
+            links:
+              - mic -> speaker
+            """.write(to: echo, atomically: true, encoding: .utf8)
+        let audioPort = ServeTests.freePort()
+        let (server, port) = try ServeTests.start(extra: """
+              - name: echo
+                protocol: twilio
+                path: /echo
+                graph: \(echo.path)
+              - name: phone
+                protocol: audiosocket
+                port: \(audioPort)
+                graph: \(echo.path)
+            """, graceS: 1, in: dir)
+        let twilio = try Running("/usr/bin/python3", [Self.client, "ws://127.0.0.1:\(port)/echo", "connected", "start", "silence:8000", "wait:5"])
+        let call = try Running("/usr/bin/python3", [ServeAudioSocketTests.caller, "127.0.0.1", "\(audioPort)", "uuid", "silence:8000:0x10", "wait:5"])
+        #expect(try ServeAudioSocketTests.metric(port, "voicepipe_sessions_active{route=\"phone\"} 1"))
+        #expect(try ServeAudioSocketTests.metric(port, "voicepipe_sessions_active{route=\"echo\"} 1"))
+        usleep(500_000)
+        server.signal(SIGTERM)
+        let stopped = server.wait(timeout: 30)
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        let t = twilio.wait(timeout: 30).stdout, a = call.wait(timeout: 30).stdout
+        #expect(t.hasSuffix("closed 1000\n") && t.contains("media messages="), "\(t)")
+        #expect(a.hasSuffix("hangup\nclosed\n") && a.contains("answer type=0x10"), "\(a)")
+    }
 }

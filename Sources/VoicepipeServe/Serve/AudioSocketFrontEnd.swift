@@ -166,7 +166,7 @@ private final class AudioSocketHandler: ChannelInboundHandler {
 }
 
 /// One call: its graph, the caller's audio in, the answer audio out.
-final class AudioSocketCall: Sendable {
+final class AudioSocketCall: TelephoneCall {
     let server: ServeServer
     let route: ServeConfiguration.Route
     let channel: any Channel

@@ -24,8 +24,8 @@ package final class ServeServer: Sendable {
         var wyoming: Set<ObjectIdentifier> = []
         /// Open Wyoming connections, ended at the close of a drain.
         var wyomingConnections: [ObjectIdentifier: WyomingServeConnection] = [:]
-        /// Open AudioSocket calls (counted in `wyoming` once admitted), ended at the close of a drain.
-        var calls: [ObjectIdentifier: AudioSocketCall] = [:]
+        /// Open telephone calls, AudioSocket and Twilio (counted in `wyoming` once admitted), ended at the close of a drain.
+        var calls: [ObjectIdentifier: any TelephoneCall] = [:]
         var channels: [any Channel] = []
         var eventsLoop: Task<Void, Never>?
         /// WebSocket upgrades accepted before a drain began whose sessions have not been admitted yet:
@@ -227,11 +227,11 @@ package final class ServeServer: Sendable {
         state.withLock { $0.wyomingConnections[ObjectIdentifier(c)] = c }
     }
 
-    func addCall(_ c: AudioSocketCall) {
+    func addCall(_ c: any TelephoneCall) {
         state.withLock { $0.calls[ObjectIdentifier(c)] = c }
     }
 
-    func removeCall(_ c: AudioSocketCall) {
+    func removeCall(_ c: any TelephoneCall) {
         _ = state.withLock { $0.calls.removeValue(forKey: ObjectIdentifier(c)) }
     }
 
@@ -264,7 +264,7 @@ package final class ServeServer: Sendable {
         for s in left { s.endForShutdown() }
         // Open Wyoming transcriptions end as if audio-stop had come: their clients get their transcripts.
         for c in state.withLock({ Array($0.wyomingConnections.values) }) { c.endForShutdown() }
-        // AudioSocket calls end with their queued answer played, then a hangup.
+        // Telephone calls end with their queued answer played, then a hangup or a close.
         for c in state.withLock({ Array($0.calls.values) }) { c.endForShutdown() }
         let until = ContinuousClock.now + .seconds(5)
         while sessionCount > 0 && ContinuousClock.now < until {
@@ -276,6 +276,11 @@ package final class ServeServer: Sendable {
     package func shutdown() async {
         try? await group.shutdownGracefully()
     }
+}
+
+/// A telephone call (AudioSocket, Twilio) the end of a drain ends: its queued answer is played first.
+protocol TelephoneCall: AnyObject, Sendable {
+    func endForShutdown()
 }
 
 /// Carries the matched route from `shouldUpgrade` to the upgrade handler (same channel, same event loop).

@@ -46,7 +46,7 @@ enum MuLaw {
 /// has played it; and `clear` when the graph interrupts its answer (barge-in), so the carrier drops what
 /// it still holds. A message that is not JSON, a binary message, `media` before `start`, or a `start`
 /// with another format closes the connection with a WebSocket close code and reason, counted.
-final class TwilioCall: Sendable {
+final class TwilioCall: TelephoneCall {
     let server: ServeServer
     let route: ServeConfiguration.Route
     let channel: any Channel
@@ -84,8 +84,11 @@ final class TwilioCall: Sendable {
         self.channel = channel
         let (stream, continuation) = AsyncStream.makeStream(of: Input.self)
         inbox = continuation
+        server.addCall(self)
         Task { await self.run(stream) }
     }
+
+    func endForShutdown() { inbox.yield(.drain) }
 
     func received(_ input: Input) {
         outbound.withLock { $0.lastInput = .now }
@@ -128,6 +131,7 @@ final class TwilioCall: Sendable {
     }
 
     private func run(_ inputs: AsyncStream<Input>) async {
+        defer { server.removeCall(self) }
         var iterator = inputs.makeAsyncIterator()
         let watchdog = Task { [self] in await watch() }
         defer { watchdog.cancel() }
