@@ -17,7 +17,7 @@ Steps, in order:
     save:PATH               (before the end) write the answer audio received to PATH (WAV, first type's rate)
 
 Whatever the server sends is read all along; at the end one line per fact:
-    answer type=0xNN messages=M bytes=B max_bytes=X audio_s=A span_s=S
+    answer type=0xNN messages=M bytes=B max_bytes=X audio_s=A span_s=S rms=R
     error 0xNN | hangup | unknown 0xNN | closed | open
 """
 import os
@@ -147,8 +147,10 @@ def main():
         reader.closed.wait(5)
     for kind, a in sorted(reader.audio.items()):
         rate = RATES[kind]
-        print("answer type=0x%02x messages=%d bytes=%d max_bytes=%d audio_s=%.3f span_s=%.3f"
-              % (kind, a["messages"], a["bytes"], a["max"], a["bytes"] / 2 / rate, a["last"] - a["first"]))
+        samples = struct.unpack("<%dh" % (len(a["data"]) // 2), bytes(a["data"][:len(a["data"]) // 2 * 2]))
+        rms = (sum(x * x for x in samples) / max(len(samples), 1)) ** 0.5
+        print("answer type=0x%02x messages=%d bytes=%d max_bytes=%d audio_s=%.3f span_s=%.3f rms=%.0f"
+              % (kind, a["messages"], a["bytes"], a["max"], a["bytes"] / 2 / rate, a["last"] - a["first"], rms))
     if save and reader.audio:
         kind, a = sorted(reader.audio.items())[0]
         with wave.open(save, "wb") as w:

@@ -18,7 +18,7 @@ Steps, in order:
 
 Like Twilio, it plays what it receives at real time: each `mark` from the server is echoed once the
 media before it has played, and a `clear` empties the playback and echoes the marks waiting. At the end:
-    media messages=N bytes=B audio_s=A span_s=S     (answer audio received)
+    media messages=N bytes=B audio_s=A span_s=S rms=R   (answer audio received; R of its decoded samples)
     mark NAME at=T played=P                         (a mark received, seconds since the first media; audio played by then)
     clear at=T
     closed CODE REASON | open
@@ -48,6 +48,14 @@ def ulaw(sample):
     return ~(sign | segment << 4 | (magnitude >> (segment + 3)) & 0x0F) & 0xFF
 
 
+def unulaw(byte):
+    """The 16-bit sample of one µ-law byte."""
+    u = ~byte & 0xFF
+    segment = (u >> 4) & 0x07
+    magnitude = (((u & 0x0F) << 3) + 0x84) << segment
+    return 0x84 - magnitude if u & 0x80 else magnitude - 0x84
+
+
 def ulaw_bytes(pcm):
     return bytes(ulaw(int.from_bytes(pcm[i:i + 2], "little", signed=True)) for i in range(0, len(pcm) - 1, 2))
 
@@ -55,7 +63,7 @@ def ulaw_bytes(pcm):
 class Twilio:
     def __init__(self, ws):
         self.ws = ws
-        self.media = {"messages": 0, "bytes": 0, "first": None, "last": None}
+        self.media = {"messages": 0, "bytes": 0, "first": None, "last": None, "energy": 0}
         self.facts = []
         self.played_until = 0.0
         self.echoes = []
@@ -90,6 +98,7 @@ class Twilio:
                 payload = base64.b64decode(obj["media"]["payload"])
                 self.media["messages"] += 1
                 self.media["bytes"] += len(payload)
+                self.media["energy"] += sum(unulaw(b) ** 2 for b in payload)
                 self.media["first"] = first
                 self.media["last"] = now
                 self.played_until = max(self.played_until, now) + len(payload) / 8000
@@ -164,7 +173,8 @@ async def main():
         print("send failed: %s" % e)
     m = twilio.media
     if m["messages"]:
-        print("media messages=%d bytes=%d audio_s=%.3f span_s=%.3f" % (m["messages"], m["bytes"], m["bytes"] / 8000, m["last"] - m["first"]))
+        print("media messages=%d bytes=%d audio_s=%.3f span_s=%.3f rms=%.0f" % (m["messages"], m["bytes"], m["bytes"] / 8000, m["last"] - m["first"],
+                                                                             (m["energy"] / m["bytes"]) ** 0.5))
     for f in twilio.facts:
         print(f)
     print("closed %s" % ws.close_code if twilio.closed.is_set() else "open")

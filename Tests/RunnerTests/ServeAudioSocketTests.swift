@@ -145,4 +145,38 @@ struct ServeAudioSocketTests {
         #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"refused\"} 1"))
         #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"busy\"} 1"))
     }
+
+    @Test("Barge-in: an interruption discards the answer audio not yet sent; the call goes on")
+    func interrupted() throws {
+        let dir = tempDir()
+        let echo = dir.appendingPathComponent("echo.yaml")
+        // The caller's audio comes straight back; a DTMF digit (an event of `mic`) interrupts it.
+        try """
+            version: 1
+            nodes:
+              mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
+              speaker: { type: app-sink, capacity: 500 }
+            links:
+              - mic -> speaker
+              - mic.events -> speaker.interrupt
+            """.write(to: echo, atomically: true, encoding: .utf8)
+        let audioPort = ServeTests.freePort()
+        let (server, _) = try ServeTests.start(extra: """
+              - name: echo
+                protocol: audiosocket
+                port: \(audioPort)
+                graph: \(echo.path)
+            """, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.wav(dir, rate: 8000)   // about 3 s
+        // The whole recording at once; its echo is paced at real time and interrupted after a second.
+        let out = try Self.call(audioPort, ["uuid", "audio:\(wav):0x10:0", "sleep:1", "dtmf:1", "sleep:1.5", "hangup", "wait:5"])
+        let answer = try #require(out.first { $0.hasPrefix("answer type=0x10") }, "\(out)")
+        #expect((Self.field(answer, "audio_s") ?? 9) < 1.6, "\(answer)")
+        #expect((Self.field(answer, "rms") ?? 0) > 300, "\(answer)")
+        // Without the digit the whole echo comes back.
+        let whole = try Self.call(audioPort, ["uuid", "audio:\(wav):0x10:0", "sleep:5", "hangup", "wait:5"])
+        let all = try #require(whole.first { $0.hasPrefix("answer type=0x10") }, "\(whole)")
+        #expect((Self.field(all, "audio_s") ?? 0) > 2.9, "\(all)")
+    }
 }

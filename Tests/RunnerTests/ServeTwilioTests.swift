@@ -99,12 +99,14 @@ struct ServeTwilioTests {
         let dir = tempDir()
         let (server, port, _) = try Self.start(in: dir)
         defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
-        let wav = try Self.wav8k(dir)   // 4 s of speech and padding
+        let wav = try Self.wav8k(dir)   // 3 s of speech and padding
         // The whole recording at once: its echo is paced at real time; a digit after a second interrupts it.
         let out = try Self.stream(port, "/echo", ["connected", "start", "media:\(wav):0", "sleep:1", "dtmf:1", "sleep:1.5", "stop", "wait:5"])
         let clear = try #require(out.first { $0.hasPrefix("clear") }, "\(out)")
         let media = try #require(out.first { $0.hasPrefix("media ") }, "\(out)")
         #expect((Self.field(media, "audio_s") ?? 9) < 1.6, "\(media)")
+        // Speech came back as speech: µ-law decoded by the server and encoded again, then decoded here.
+        #expect((Self.field(media, "rms") ?? 0) > 300, "\(media)")
         #expect((Self.field(clear, "at") ?? 0) > 0.7, "\(clear)")
         #expect(out.last == "closed 1000", "\(out)")
     }
@@ -130,6 +132,37 @@ struct ServeTwilioTests {
         #expect(try Self.stream(port, "/twilio", ["connected", "start", "wait:5"]).last == "closed 1000")
         #expect(try ServeAudioSocketTests.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"idle\"} 1"))
         #expect(try ServeAudioSocketTests.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
+    }
+
+    @Test("A stream beyond max_sessions is closed with 1013 at its start; a message over max_frame_bytes with 1009")
+    func busyAndTooLarge() throws {
+        let dir = tempDir()
+        let echo = dir.appendingPathComponent("echo.yaml")
+        try """
+            version: 1
+            nodes:
+              mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
+              speaker: { type: app-sink, capacity: 500 }
+            links:
+              - mic -> speaker
+            """.write(to: echo, atomically: true, encoding: .utf8)
+        let (server, port) = try ServeTests.start(maxSessions: 1, extra: """
+              - name: echo
+                protocol: twilio
+                path: /echo
+                graph: \(echo.path)
+                max_frame_bytes: 4096
+            """, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let first = try Running("/usr/bin/python3", [Self.client, "ws://127.0.0.1:\(port)/echo", "connected", "start", "silence:2000", "stop", "wait:5"])
+        #expect(try ServeAudioSocketTests.metric(port, "voicepipe_sessions_active{route=\"echo\"} 1"))
+        let second = try Self.stream(port, "/echo", ["connected", "start", "wait:5"])
+        #expect(second.last == "closed 1013", "\(second)")
+        #expect(first.wait(timeout: 30).stdout.hasSuffix("closed 1000\n"))
+        #expect(try ServeAudioSocketTests.metric(port, "voicepipe_errors_total{route=\"echo\",code=\"busy\"} 1"))
+        let big = try Self.stream(port, "/echo", ["connected", "start", "text:" + String(repeating: "x", count: 5000), "wait:5"])
+        #expect(big.last == "closed 1009", "\(big)")
+        #expect(try ServeAudioSocketTests.metric(port, "voicepipe_errors_total{route=\"echo\",code=\"message_too_large\"} 1"))
     }
 
     @Test("SIGTERM: open Twilio and AudioSocket calls end after the drain grace period, their queued answer played, with a close and a hangup")
@@ -165,6 +198,8 @@ struct ServeTwilioTests {
         #expect(stopped.status == 0, "\(stopped.stderr)")
         let t = twilio.wait(timeout: 30).stdout, a = call.wait(timeout: 30).stdout
         #expect(t.hasSuffix("closed 1000\n") && t.contains("media messages="), "\(t)")
+        // µ-law silence (0xff) echoed is silence again.
+        #expect(t.split(separator: "\n").first { $0.hasPrefix("media ") }.flatMap { Self.field(String($0), "rms") } ?? 99 < 10, "\(t)")
         #expect(a.hasSuffix("hangup\nclosed\n") && a.contains("answer type=0x10"), "\(a)")
     }
 }
