@@ -137,8 +137,11 @@ struct ServeAudioSocketTests {
         let dir = tempDir()
         let (server, port, audioPort, _) = try Self.start(maxSessions: 1, in: dir)
         defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
-        let first = try Running("/usr/bin/python3", [Self.caller, "127.0.0.1", "\(audioPort)", "uuid", "silence:2000:0x10", "hangup", "wait:5"])
+        let first = try Running("/usr/bin/python3", [Self.caller, "127.0.0.1", "\(audioPort)", "uuid:00112233445566778899aabbccddeeff", "silence:2000:0x10", "hangup", "wait:5"])
         #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 1"))
+        // The call is on the console, by its UUID.
+        let listed = try ServeTests.http(port, "/console/sessions.json").body
+        #expect(listed.contains("\"route\":\"phone\"") && listed.contains("00112233-4455-6677-8899-aabbccddeeff"), "\(listed)")
         let second = try Self.call(audioPort, ["uuid", "wait:5"])
         #expect(second == ["error 0x81", "closed"], "\(second)")
         #expect(first.wait(timeout: 30).stdout.hasSuffix("closed\n"))

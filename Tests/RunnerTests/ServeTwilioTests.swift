@@ -156,6 +156,9 @@ struct ServeTwilioTests {
         defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
         let first = try Running("/usr/bin/python3", [Self.client, "ws://127.0.0.1:\(port)/echo", "connected", "start", "silence:2000", "stop", "wait:5"])
         #expect(try ServeAudioSocketTests.metric(port, "voicepipe_sessions_active{route=\"echo\"} 1"))
+        // The call is on the console, by its callSid.
+        let listed = try ServeTests.http(port, "/console/sessions.json").body
+        #expect(listed.contains("\"route\":\"echo\"") && listed.contains("CA00000000000000000000000000000001"), "\(listed)")
         let second = try Self.stream(port, "/echo", ["connected", "start", "wait:5"])
         #expect(second.last == "closed 1013", "\(second)")
         #expect(first.wait(timeout: 30).stdout.hasSuffix("closed 1000\n"))

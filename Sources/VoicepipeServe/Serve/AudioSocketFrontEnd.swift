@@ -172,6 +172,8 @@ final class AudioSocketCall: TelephoneCall {
     let channel: any Channel
     private let inbox: AsyncStream<Input>.Continuation
     private let opened = ContinuousClock.now
+    private let running = Mutex<LiveSession?>(nil)
+    var live: LiveSession? { running.withLock { $0 } }
 
     private enum Input: Sendable {
         case message(AudioSocket.Message)
@@ -278,6 +280,8 @@ final class AudioSocketCall: TelephoneCall {
             fail(.graphFailed)
             return
         }
+        running.withLock { $0 = LiveSession(id: bus.session, route: route.name, started: opened, pipeline: pipeline) }
+        defer { running.withLock { $0 = nil } }
         let events = pipeline.events(buffer: 10_000)
         let answerRoute = route.answer
         let forwarding = Task { [self] in

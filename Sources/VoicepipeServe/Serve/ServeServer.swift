@@ -54,7 +54,11 @@ package final class ServeServer: Sendable {
                        talkRoutes: configuration.routes.filter { $0.kind == .websocket && !($0.path ?? "{").contains("{") }
                            .map { WebSite.TalkRoute(name: $0.name, path: $0.path ?? "/", answers: $0.answer != nil) },
                        consoleOnly: false)
-        site.listSessions { [weak self] in self?.state.withLock { Array($0.sessions.values) }.compactMap(\.live) ?? [] }
+        site.listSessions { [weak self] in
+            guard let self else { return [] }
+            let (sessions, calls) = state.withLock { (Array($0.sessions.values), Array($0.calls.values)) }
+            return sessions.compactMap(\.live) + calls.compactMap(\.live)
+        }
     }
 
     /// Whether a graph event of this name goes to NATS.
@@ -281,6 +285,8 @@ package final class ServeServer: Sendable {
 /// A telephone call (AudioSocket, Twilio) the end of a drain ends: its queued answer is played first.
 protocol TelephoneCall: AnyObject, Sendable {
     func endForShutdown()
+    /// The running graph, for the console (nil before the call is admitted).
+    var live: LiveSession? { get }
 }
 
 /// Carries the matched route from `shouldUpgrade` to the upgrade handler (same channel, same event loop).

@@ -52,6 +52,8 @@ final class TwilioCall: TelephoneCall {
     let channel: any Channel
     private let inbox: AsyncStream<Input>.Continuation
     private let opened = ContinuousClock.now
+    private let running = Mutex<LiveSession?>(nil)
+    var live: LiveSession? { running.withLock { $0 } }
 
     enum Input: Sendable {
         case text(String)
@@ -194,6 +196,8 @@ final class TwilioCall: TelephoneCall {
             await bus.finished(outcome: "error", audioBytes: 0, drops: 0)
             return close(.unexpectedServerError, "cannot start the graph", metric: "graph_failed")
         }
+        running.withLock { $0 = LiveSession(id: bus.session, route: route.name, started: opened, pipeline: pipeline) }
+        defer { running.withLock { $0 = nil } }
         let events = pipeline.events(buffer: 10_000)
         let answerRoute = route.answer
         let forwarding = Task { [self] in
