@@ -111,6 +111,22 @@ struct ServeTwilioTests {
         #expect(out.last == "closed 1000", "\(out)")
     }
 
+    @Test("A mark of the client's own is echoed once the answer queued before it has been played out")
+    func clientMark() throws {
+        let dir = tempDir()
+        let (server, port, _) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let wav = try Self.wav8k(dir)   // 3 s, echoed
+        let out = try Self.stream(port, "/echo", ["connected", "start", "media:\(wav):0", "sleep:0.3", "mark:probe", "sleep:4", "stop", "wait:5"])
+        let media = try #require(out.first { $0.hasPrefix("media ") }, "\(out)")
+        let mark = try #require(out.first { $0.hasPrefix("mark probe") }, "\(out)")
+        let seconds = try #require(Self.field(media, "audio_s"))
+        #expect(seconds > 2.9, "\(media)")
+        // Echoed after all of the echo audio, about its duration after the first of it.
+        #expect(Self.field(mark, "played") == seconds, "\(mark) / \(media)")
+        #expect((Self.field(mark, "at") ?? 0) > seconds - 0.3, "\(mark)")
+    }
+
     @Test("Bad input closes the stream with a close code, counted: not JSON, binary, media before start, another format, a second start")
     func malformed() throws {
         let dir = tempDir()

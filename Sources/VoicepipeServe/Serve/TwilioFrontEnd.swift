@@ -40,7 +40,8 @@ enum MuLaw {
 /// From the carrier, JSON text messages: `connected`, `start` (`streamSid`, `callSid`, `mediaFormat` —
 /// only `audio/x-mulaw` at 8000 Hz mono is taken — and `customParameters`), `media` (`media.payload`,
 /// base64 µ-law 8 kHz; converted to the `app-source`'s rate), `dtmf` (`dtmf.digit`, a `dtmf` event on the
-/// `app-source`'s `events`), `mark` (the echo of one voicepipe sent: that answer has played) and `stop`.
+/// `app-source`'s `events`), `mark` (the echo of one voicepipe sent: that answer has played; any other
+/// name is echoed back once the answer audio queued before it has been played out) and `stop`.
 /// To the carrier: the answer (the template's `app-sink` fed audio) as `media` messages of 20 ms µ-law,
 /// paced at real time; a `mark` (`answer-N`) after each spoken answer, which the carrier echoes when it
 /// has played it; and `clear` when the graph interrupts its answer (barge-in), so the carrier drops what
@@ -248,10 +249,19 @@ final class TwilioCall: TelephoneCall {
                     if let d = (dtmf["duration"] as? NSNumber)?.intValue { fields.append(("duration_ms", .int(Int64(d)))) }
                     await source.push(event: Event(.dtmf, fields: fields))
                 case "mark":
-                    let name = (m["mark"] as? [String: Any])?["name"] as? String ?? ""
+                    guard let name = (m["mark"] as? [String: Any])?["name"] as? String, !name.isEmpty else {
+                        server.metrics.error(route: route.name, code: "bad_message")
+                        logger.info("route '\(route.name)': twilio mark without a name (ignored)")
+                        continue
+                    }
                     outbound.withLock { o in
-                        o.pendingMarks.remove(name)
-                        if o.pendingMarks.isEmpty && o.queue.isEmpty { o.unplayed = false }
+                        if o.pendingMarks.remove(name) != nil {
+                            // The echo of one voicepipe sent: the answer before it has played.
+                            if o.pendingMarks.isEmpty && o.queue.isEmpty { o.unplayed = false }
+                        } else {
+                            // A mark of the client's own: echoed once the answer queued before it has been played out.
+                            o.marks.append((o.queue.count, name))
+                        }
                     }
                 case "stop":
                     outcome = "completed"
