@@ -120,6 +120,9 @@ struct ServeAudioSocketTests {
         // A header cut short, then the connection closes: counted, the session ends.
         #expect(try Self.call(audioPort, ["uuid", "raw:10", "sleep:0.2"]) == ["closed"])
         #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"truncated\"} 1"))
+        // The same before the UUID is complete.
+        #expect(try Self.call(audioPort, ["raw:01001000112233", "sleep:0.2"]) == ["closed"])
+        #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"truncated\"} 2"))
         // The caller's own error ends its call with a hangup.
         #expect(try Self.call(audioPort, ["uuid", "raw:ff000101", "wait:5"]) == ["hangup", "closed"])
         #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"caller_error\"} 1"))

@@ -242,7 +242,14 @@ final class AudioSocketCall: TelephoneCall {
         first: while let input = await iterator.next() {
             switch input {
             case .message(.uuid(let bytes)): id = bytes; break first
-            case .message(.hangup), .closed, .drain: channel.close(promise: nil); return
+            case .closed(let truncated):
+                if truncated > 0 {
+                    server.metrics.error(route: route.name, code: "truncated")
+                    logger.info("route '\(route.name)': a connection closed inside its first message (\(truncated) bytes of it)")
+                }
+                channel.close(promise: nil)
+                return
+            case .message(.hangup), .drain: channel.close(promise: nil); return
             case .message(let m):
                 refuseMalformed("the first message must be the call's UUID (0x01), not \(m.kindName)")
                 return
