@@ -215,6 +215,8 @@ final class AudioSocketCall: TelephoneCall {
     func closed(truncated: Int) {
         inbox.yield(.closed(truncated: truncated))
         inbox.finish()
+        // The caller is gone: the graph stops at once, even if a push into it is waiting for room.
+        live?.pipeline.stop()
     }
     func endForShutdown() { inbox.yield(.drain) }
 

@@ -96,7 +96,11 @@ final class TwilioCall: TelephoneCall {
     func received(_ input: Input) {
         outbound.withLock { $0.lastInput = .now }
         inbox.yield(input)
-        if case .closed = input { inbox.finish() }
+        if case .closed = input {
+            inbox.finish()
+            // The carrier is gone: the graph stops at once, even if a push into it is waiting for room.
+            live?.pipeline.stop()
+        }
     }
 
     private var logger: Logger { server.logger }
