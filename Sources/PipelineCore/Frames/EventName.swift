@@ -27,6 +27,8 @@ extension EventName {
     public static let deviceRestored: EventName = "device_restored"
     public static let disconnected: EventName = "disconnected"
     public static let drainTimeout: EventName = "drain_timeout"
+    /// A telephone keypad digit from a caller (`digit`; `duration_ms` when known).
+    public static let dtmf: EventName = "dtmf"
     public static let end: EventName = "end"
     public static let error: EventName = "error"
     public static let finished: EventName = "finished"

@@ -34,6 +34,11 @@ public final class AppSourceNode: Node {
         await queue.send(.text(text, pts: n * 1_000_000))
     }
     private let textCount = Atomic64()
+    /// Emits `event` from this node (on its `events` output and the pipeline's event stream), in order
+    /// with the audio pushed before it: a telephone caller's `dtmf` digit, say.
+    public func push(event: Event) async {
+        await queue.send(.event(event))
+    }
 
     /// Ends the stream: the pipeline drains and finishes.
     public func finish() { queue.producerFinished() }
@@ -45,6 +50,7 @@ public final class AppSourceNode: Node {
         defer { queue.consumerFinished() }
         let out = context.output()
         while let frame = await queue.receive() {
+            if let e = frame.event { try await context.emit(e); continue }
             try await out.send(frame)
         }
     }
@@ -69,7 +75,7 @@ public final class AppSourceNode: Node {
     /// Registry entry.
     public static let descriptor = NodeDescriptor(
         type: "app-source", summary: "Audio pushed by an embedding Swift app (Pipeline.appSource(id).push); or text (push(text:))",
-        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio, .text], doc: "the pushed audio, in the node's format; pushed texts as text frames")],
+        family: "sources", inputs: [], outputs: [PortSpec("out", [.audio, .text], doc: "the pushed audio, in the node's format; pushed texts as text frames"), .events],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
         executor: .realtime,

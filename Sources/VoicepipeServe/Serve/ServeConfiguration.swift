@@ -15,6 +15,13 @@ package struct ServeConfiguration: Sendable {
         case wyoming
         /// Binary PCM in, JSON-lines events out (WebSocket).
         case websocket
+        /// Asterisk's AudioSocket (TCP, its own port): one telephone call per connection.
+        case audiosocket
+        /// Twilio Media Streams (WebSocket): one telephone call per connection.
+        case twilio
+
+        /// Whether the route is a WebSocket path on the HTTP listener (else it has its own TCP port).
+        var usesPath: Bool { self == .websocket || self == .tencentASR || self == .twilio }
     }
 
     /// A key pair accepted on a `tencent-asr` route for one appid.
@@ -28,7 +35,7 @@ package struct ServeConfiguration: Sendable {
         var kind: FrontEnd
         /// HTTP path (WebSocket routes); `{appid}` matches one path segment.
         package var path: String?
-        /// TCP port (Wyoming).
+        /// TCP port (Wyoming, AudioSocket).
         package var port: Int?
         var graphPath: String
         var graph: ValidatedGraph
@@ -293,7 +300,8 @@ package struct ServeConfiguration: Sendable {
         let routeName = name ?? kind.rawValue
         switch kind {
         case .wyoming where port == nil: problem(n, "route '\(routeName)': a wyoming route needs `port:` (TCP)"); return nil
-        case .tencentASR, .websocket:
+        case .audiosocket where port == nil: problem(n, "route '\(routeName)': an audiosocket route needs `port:` (TCP)"); return nil
+        case .tencentASR, .websocket, .twilio:
             if path == nil { problem(n, "route '\(routeName)': a \(kind.rawValue) route needs `path:`"); return nil }
             if kind == .tencentASR && keys.isEmpty { problem(n, "route '\(routeName)': a tencent-asr route needs `keys:` (appid → secret_id, secret_key)"); return nil }
         default: break
@@ -315,7 +323,7 @@ package struct ServeConfiguration: Sendable {
             problem(n, "route '\(routeName)': the graph \(graph) must have exactly one app-source node (it has \(sources.count)); the session's audio goes there")
             return nil
         }
-        // An app-sink fed audio is where the session's answer comes from (websocket routes only).
+        // An app-sink fed audio is where the session's answer comes from (websocket and audiosocket routes).
         let answerSinks = validated.nodes.filter { node in
             node.descriptor.type == "app-sink" && validated.links.contains { l in
                 l.toNode == node.id && l.toPort == "in"
@@ -334,8 +342,8 @@ package struct ServeConfiguration: Sendable {
                              format: AudioFormat(sampleRate: c.rate, channels: c.channels), keys: keys, maxDurationS: maxDuration,
                              maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame, answer: nil, speakerID: sink.id)
             }
-            guard kind == .websocket else {
-                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only a websocket route sends back"
+            guard kind == .websocket || kind == .audiosocket || kind == .twilio else {
+                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only websocket, audiosocket and twilio routes send back"
                         + (kind == .wyoming ? " (a Wyoming speech synthesis graph has an app-source with id text and an app-sink with id speaker)" : ""))
                 return nil
             }

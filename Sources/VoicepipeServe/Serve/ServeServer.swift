@@ -24,6 +24,8 @@ package final class ServeServer: Sendable {
         var wyoming: Set<ObjectIdentifier> = []
         /// Open Wyoming connections, ended at the close of a drain.
         var wyomingConnections: [ObjectIdentifier: WyomingServeConnection] = [:]
+        /// Open telephone calls, AudioSocket and Twilio (counted in `wyoming` once admitted), ended at the close of a drain.
+        var calls: [ObjectIdentifier: any TelephoneCall] = [:]
         var channels: [any Channel] = []
         var eventsLoop: Task<Void, Never>?
         /// WebSocket upgrades accepted before a drain began whose sessions have not been admitted yet:
@@ -52,7 +54,11 @@ package final class ServeServer: Sendable {
                        talkRoutes: configuration.routes.filter { $0.kind == .websocket && !($0.path ?? "{").contains("{") }
                            .map { WebSite.TalkRoute(name: $0.name, path: $0.path ?? "/", answers: $0.answer != nil) },
                        consoleOnly: false)
-        site.listSessions { [weak self] in self?.state.withLock { Array($0.sessions.values) }.compactMap(\.live) ?? [] }
+        site.listSessions { [weak self] in
+            guard let self else { return [] }
+            let (sessions, calls) = state.withLock { (Array($0.sessions.values), Array($0.calls.values)) }
+            return sessions.compactMap(\.live) + calls.compactMap(\.live)
+        }
     }
 
     /// Whether a graph event of this name goes to NATS.
@@ -133,6 +139,12 @@ package final class ServeServer: Sendable {
                         upgradePipelineHandler: { ch, head in
                             ch.eventLoop.makeCompletedFuture {
                                 guard let (route, captures) = box.value else { server.releaseUpgrade(); throw ChannelError.inappropriateOperationForState }
+                                if route.kind == .twilio {
+                                    // A Twilio call is admitted at its `start` message (TwilioCall).
+                                    server.releaseUpgrade()
+                                    try ch.pipeline.syncOperations.addHandler(TwilioStreamHandler(call: TwilioCall(server: server, route: route, channel: ch)))
+                                    return
+                                }
                                 let session = ServeSession(server: server, route: route, head: head, captures: captures, channel: ch)
                                 try ch.pipeline.syncOperations.addHandler(WebSocketSessionHandler(session: session))
                             }
@@ -160,6 +172,11 @@ package final class ServeServer: Sendable {
             state.withLock { $0.channels.append(c) }
             logger.info("route '\(route.name)': Wyoming on TCP port \(c.localAddress?.port ?? route.port ?? 0)")
         }
+        for route in configuration.routes where route.kind == .audiosocket {
+            let c = try await AudioSocket.bind(server: self, route: route, group: group)
+            state.withLock { $0.channels.append(c) }
+            logger.info("route '\(route.name)': AudioSocket on TCP port \(c.localAddress?.port ?? route.port ?? 0)")
+        }
         return channel.localAddress?.port ?? configuration.listen.port
     }
 
@@ -173,7 +190,7 @@ package final class ServeServer: Sendable {
     /// The route whose path matches (`{name}` matches one segment), with the segments it captured.
     func route(for path: String) -> (ServeConfiguration.Route, [String: String])? {
         let parts = path.split(separator: "/", omittingEmptySubsequences: true)
-        for route in configuration.routes where route.kind != .wyoming {
+        for route in configuration.routes where route.kind.usesPath {
             guard let pattern = route.path?.split(separator: "/", omittingEmptySubsequences: true), pattern.count == parts.count else { continue }
             var captures: [String: String] = [:]
             var ok = true
@@ -214,6 +231,14 @@ package final class ServeServer: Sendable {
         state.withLock { $0.wyomingConnections[ObjectIdentifier(c)] = c }
     }
 
+    func addCall(_ c: any TelephoneCall) {
+        state.withLock { $0.calls[ObjectIdentifier(c)] = c }
+    }
+
+    func removeCall(_ c: any TelephoneCall) {
+        _ = state.withLock { $0.calls.removeValue(forKey: ObjectIdentifier(c)) }
+    }
+
     func removeWyomingConnection(_ c: WyomingServeConnection) {
         _ = state.withLock { $0.wyomingConnections.removeValue(forKey: ObjectIdentifier(c)) }
     }
@@ -243,6 +268,8 @@ package final class ServeServer: Sendable {
         for s in left { s.endForShutdown() }
         // Open Wyoming transcriptions end as if audio-stop had come: their clients get their transcripts.
         for c in state.withLock({ Array($0.wyomingConnections.values) }) { c.endForShutdown() }
+        // Telephone calls end with their queued answer played, then a hangup or a close.
+        for c in state.withLock({ Array($0.calls.values) }) { c.endForShutdown() }
         let until = ContinuousClock.now + .seconds(5)
         while sessionCount > 0 && ContinuousClock.now < until {
             try? await Task.sleep(for: .milliseconds(50))
@@ -253,6 +280,13 @@ package final class ServeServer: Sendable {
     package func shutdown() async {
         try? await group.shutdownGracefully()
     }
+}
+
+/// A telephone call (AudioSocket, Twilio) the end of a drain ends: its queued answer is played first.
+protocol TelephoneCall: AnyObject, Sendable {
+    func endForShutdown()
+    /// The running graph, for the console (nil before the call is admitted).
+    var live: LiveSession? { get }
 }
 
 /// Carries the matched route from `shouldUpgrade` to the upgrade handler (same channel, same event loop).
