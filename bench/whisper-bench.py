@@ -208,7 +208,7 @@ def materials(ac, tmp, smoke):
 
 # --- systems -------------------------------------------------------------------------------------
 
-DECODED = re.compile(r"whisper: utterance (\S+): (\d+) ms decoded in (\d+) ms( \(ahead\))?")
+DECODED = re.compile(r"whisper: utterance (\S+): (\d+) ms decoded in (\d+) ms[^\n]*?( \(ahead\))?$", re.M)
 
 
 def graph(tmp, system):
