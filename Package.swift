@@ -55,8 +55,9 @@ let package = Package(
         // ONNX Runtime's C API, loaded at run time (dlopen): the build does not need the library.
         .target(name: "COnnxRuntime", path: "Sources/COnnxRuntime", linkerSettings: [.linkedLibrary("dl")]),
         // whisper.cpp's C API, loaded at run time (dlopen): the build does not need the library.
-        // zlib measures how well a transcript compresses (a decoding caught in a loop compresses too well).
-        .target(name: "CWhisper", path: "Sources/CWhisper", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("z")]),
+        // zlib (how well a transcript compresses) is opened at run time too: linked into every program, it broke
+        // the AAC path of the FFmpeg libraries those load at first use (the intercom test with CODEC=aac).
+        .target(name: "CWhisper", path: "Sources/CWhisper", linkerSettings: [.linkedLibrary("dl")]),
         .systemLibrary(name: "CWebRTCAudioProcessing", pkgConfig: "webrtc-audio-processing", providers: [.apt(["libwebrtc-audio-processing-dev"])]),
         // Echo cancellation (webrtc-audio-processing's AEC, speexdsp's MDF) behind a C interface.
         .target(name: "CEchoCancel", dependencies: ["CWebRTCAudioProcessing", "CSpeexDSP"], path: "Sources/CEchoCancel",

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <zlib.h>
 #include "voicepipe_whisper.h"
 
 typedef int32_t wtoken;
@@ -242,12 +241,29 @@ void vp_whisper_flag_set(int *flag, int value) { __atomic_store_n(flag, value, _
 int vp_whisper_flag_get(const int *flag) { return __atomic_load_n(flag, __ATOMIC_SEQ_CST); }
 
 const char *vp_whisper_system_info(void) { return W.handle && W.system_info ? W.system_info() : ""; }
+/* zlib, opened at first use (it is on every system that has whisper.cpp's dependencies): linking it
+ * into every voicepipe program is not needed for this one measurement. */
+typedef int (*vp_compress2_fn)(unsigned char *, unsigned long *, const unsigned char *, unsigned long, int);
+typedef unsigned long (*vp_compress_bound_fn)(unsigned long);
+
 double vp_whisper_compression_ratio(const char *text, size_t n) {
+    static vp_compress2_fn compress2_fn;
+    static vp_compress_bound_fn bound_fn;
+    static int tried;
     if (!text || n == 0) return 0;
-    uLongf size = compressBound((uLong)n);
-    Bytef *out = malloc(size);
+    if (!__atomic_load_n(&tried, __ATOMIC_ACQUIRE)) {
+        void *z = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (z) {
+            *(void **)&compress2_fn = dlsym(z, "compress2");
+            *(void **)&bound_fn = dlsym(z, "compressBound");
+        }
+        __atomic_store_n(&tried, 1, __ATOMIC_RELEASE);
+    }
+    if (!compress2_fn || !bound_fn) return 0;
+    unsigned long size = bound_fn((unsigned long)n);
+    unsigned char *out = malloc(size);
     if (!out) return 0;
-    double ratio = compress2(out, &size, (const Bytef *)text, (uLong)n, 9) == Z_OK && size > 0 ? (double)n / (double)size : 0;
+    double ratio = compress2_fn(out, &size, (const unsigned char *)text, (unsigned long)n, 9) == 0 && size > 0 ? (double)n / (double)size : 0;
     free(out);
     return ratio;
 }

@@ -132,7 +132,8 @@ struct ServeAudioSocketTests {
         // The server is still there.
         let wav = try Self.wav(dir, rate: 8000)
         let out = try Self.call(audioPort, ["uuid", "audio:\(wav):0x10:0", "hangup", "wait:5"])
-        #expect(out == ["closed"], "\(out)")
+        // The graph may answer a first 20 ms before the hangup reaches it; then the call closes.
+        #expect(out.last == "closed" && out.dropLast().allSatisfy { $0.hasPrefix("answer type=0x10") }, "\(out)")
     }
 
     @Test("Calls beyond max_sessions get error 0x81 and are counted as refused")
