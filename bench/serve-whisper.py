@@ -31,7 +31,7 @@ import serve_client as c  # noqa: E402
 from textmetrics import wer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRAPHS = {"whisper": "pipelines/serve-whisper.yaml", "pocketsphinx": "pipelines/serve-recognizer.yaml"}
+GRAPHS = {"whisper": "pipelines/serve-whisper.yaml", "pocketsphinx": "Tests/Fixtures/serve-pocketsphinx.yaml"}
 # Variants: an engine's graph with more asr parameters (a copy in the temporary directory).
 VARIANTS = {"whisper-no-partials": ("whisper", "partial_interval_ms: 10000")}
 EXTRA = {}  # engine -> asr parameters added to every graph of that engine (--whisper-params)
@@ -394,7 +394,7 @@ def report(a, command, mem, churns, sweeps, audio_s, mem_audio_s, sentences):
          "One `voicepipe serve` worker per row, a fresh process each time, one `websocket` route (/ws/recognize) on "
          "pipelines/serve-whisper.yaml (`asr: { engine: whisper" + (f", {a.whisper_params}" if a.whisper_params else "") +
          " }`, tiny.en" + ("" if a.whisper_params else f", default `decoders` and `threads`: {os.cpu_count()} decoder(s) of 1 thread here") + ") or "
-         "pipelines/serve-recognizer.yaml (`engine: pocketsphinx`), the same VAD and slicer. "
+         "Tests/Fixtures/serve-pocketsphinx.yaml (`engine: pocketsphinx`; pipelines/serve-recognizer.yaml prefers Whisper now), the same VAD and slicer. "
          + " ".join(f"`{k}`: {e} with `{p}`." for k, (e, p) in VARIANTS.items() if any(r["engine"] == k for r in sweeps)), ""]
     if mem:
         L += ["## Memory and threads per session", "",

@@ -193,7 +193,7 @@ class Cluster:
         asyncio.get_running_loop().call_later(seconds, restart)
 
     def write_serve_yaml(self):
-        graph = os.path.join(ROOT, "pipelines", "serve-recognizer.yaml")
+        graph = os.path.join(ROOT, "Tests", "Fixtures", "serve-pocketsphinx.yaml")  # PocketSphinx, as the figures were measured
         lines = ['listen: { host: "127.0.0.1", port: 0 }',
                  f"max_sessions: {self.a.max_sessions}",
                  f"drain_grace_s: {DRAIN_GRACE_S}",
