@@ -8,7 +8,7 @@ packages=(
   espeak-ng flite flite1-dev libespeak-ng-dev sox libsox-fmt-all
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   libcurl4-openssl-dev libyaml-dev graphviz openssl procps bc python3 iproute2
-  cmake g++
+  cmake g++ curl
   nginx nats-server
   chromium chromium-driver
 )

@@ -86,7 +86,11 @@ enum AudioSocket {
                 case AudioSocket.uuid: out.append(.uuid(payload))
                 case AudioSocket.dtmf: out.append(.dtmf(Character(Unicode.Scalar(payload[0]))))
                 case AudioSocket.error: out.append(.error(code: payload.first))
-                default: out.append(.audio(rate: AudioSocket.rates[type]!, bytes: payload))
+                default:
+                    // check(type:length:) admits only the audio types here; a type it let through by mistake
+                    // is refused as a bad message, not a crash.
+                    guard let rate = AudioSocket.rates[type] else { throw Problem(message: "unknown message type 0x\(String(type, radix: 16))") }
+                    out.append(.audio(rate: rate, bytes: payload))
                 }
             }
             return out
