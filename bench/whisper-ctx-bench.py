@@ -228,6 +228,12 @@ def report(args, spans, runs):
                  f"{c.get('whisper_retries', 0)} of {len(r['auto']['finals'])} finals "
                  f"({guards}); "
                  f"{c.get('whisper_full_window_retries', 0)} went on to the whole window. Partials skipped: {c.get('whisper_partials_skipped', 0)}.")
+        if "full" in r and "auto" in r:
+            # Where the sized context and the whole window heard a sentence differently: what the WER gap is made of.
+            for ref, a, f in zip(refs, assign(r["auto"]["finals"], spans), assign(r["full"]["finals"], spans)):
+                if words(a) != words(f):
+                    L.append(f"- auto and full differ: \"{ref}\" → auto \"{a.strip()}\" ({edit_distance(words(ref), words(a))} errors), "
+                             f"full \"{f.strip()}\" ({edit_distance(words(ref), words(f))} errors)")
         if "paced" in r:
             ev = r["paced"]["events"]
             ends = [e for e in ev if e.get("event") == "speech_end"]

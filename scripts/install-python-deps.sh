@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.deps/venv
-packages=(wyoming==1.10.2 kubernetes-validate==1.37.0 nats-py==2.16.0 numpy==2.4.6 faster-whisper==1.2.1 selenium==4.51.0 pymicro-features==2.0.2 pymicro-wakeword==2.5.0)
+packages=(wyoming==1.10.2 kubernetes-validate==1.37.0 nats-py==2.16.0 numpy==2.4.6 onnx==1.23.2 faster-whisper==1.2.1 selenium==4.51.0 pymicro-features==2.0.2 pymicro-wakeword==2.5.0)
 [ "${1:-}" = "--bench" ] && packages+=(webrtcvad==2.0.10)
 sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
 if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then

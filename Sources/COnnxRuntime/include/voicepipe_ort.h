@@ -59,7 +59,11 @@ typedef struct OrtApi {
                               OrtValue **out);                                      /* 49 */
   void *_s50;                                                                       /* 50 IsTensor */
   OrtStatus *(*GetTensorMutableData)(OrtValue *value, void **out);                  /* 51 */
-  void *_s52_63[12];                                                                /* 52..63 */
+  void *_s52_59[8];                                                                 /* 52..59 */
+  OrtStatus *(*GetTensorElementType)(const OrtTensorTypeAndShapeInfo *info, int *out);            /* 60 */
+  OrtStatus *(*GetDimensionsCount)(const OrtTensorTypeAndShapeInfo *info, size_t *out);           /* 61 */
+  OrtStatus *(*GetDimensions)(const OrtTensorTypeAndShapeInfo *info, int64_t *dims, size_t n);    /* 62 */
+  void *_s63;                                                                       /* 63 GetSymbolicDimensions */
   OrtStatus *(*GetTensorShapeElementCount)(const OrtTensorTypeAndShapeInfo *info, size_t *out); /* 64 */
   OrtStatus *(*GetTensorTypeAndShape)(const OrtValue *value, OrtTensorTypeAndShapeInfo **out);  /* 65 */
   void *_s66_68[3];                                                                 /* 66..68 */

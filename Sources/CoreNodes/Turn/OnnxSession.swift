@@ -134,6 +134,40 @@ package final class OnnxSession {
         return try body(data)
     }
 
+    /// Runs the model on `inputs` (released here) and returns every output as floats with its shape: for
+    /// models whose outputs feed another model (the halves of a streamed Piper voice). Float outputs only.
+    package func runFloats(_ inputs: [OpaquePointer?]) throws -> [(values: [Float], shape: [Int64])] {
+        var outputs = [OpaquePointer?](repeating: nil, count: outputNames.count)
+        defer { for v in inputs + outputs { if let v { api.pointee.ReleaseValue(v) } } }
+        guard inputs.count == inputNames.count else {
+            throw NodeError(.onnxruntime, "\(inputs.count) input tensors for a model with \(inputNames.count) inputs")
+        }
+        try check(api.pointee.Run(session, nil, inputNames, inputs, inputs.count, outputNames, outputNames.count, &outputs))
+        var result: [(values: [Float], shape: [Int64])] = []
+        for output in outputs {
+            var info: OpaquePointer?
+            try check(api.pointee.GetTensorTypeAndShape(output, &info))
+            defer { if let info { api.pointee.ReleaseTensorTypeAndShapeInfo(info) } }
+            var type: Int32 = 0
+            try check(api.pointee.GetTensorElementType(info, &type))
+            var rank = 0
+            try check(api.pointee.GetDimensionsCount(info, &rank))
+            var shape = [Int64](repeating: 0, count: rank)
+            try check(api.pointee.GetDimensions(info, &shape, rank))
+            var count = 0
+            try check(api.pointee.GetTensorShapeElementCount(info, &count))
+            var p: UnsafeMutableRawPointer?
+            try check(api.pointee.GetTensorMutableData(output, &p))
+            guard let p else { throw NodeError(.onnxruntime, "the model returned no output") }
+            if type == Int32(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
+                result.append((Array(UnsafeBufferPointer(start: p.assumingMemoryBound(to: Float.self), count: count)), shape))
+            } else {
+                throw NodeError(.onnxruntime, "an output of element type \(type), not float")
+            }
+        }
+        return result
+    }
+
     /// Runs a one-input model on `input` of `shape`; returns the first `count` values of its output.
     func run(_ input: inout [Float], shape: [Int64], count: Int) throws -> [Float] {
         try input.withUnsafeMutableBytes { i in

@@ -115,6 +115,43 @@ struct PiperTests {
         #expect(!(try PiperPhonemizer.phonemes("Bonjour, ça va?", voice: "en-us")).contains("("))
     }
 
+    @Test("a streamed voice's slices: a short first one, then longer ones, covering every frame once; cut with context")
+    func streamSlices() throws {
+        let slices = PiperStreamSplit.slices(frames: 500)
+        #expect(slices.map(\.count) == [24, 72, 216, 188])
+        #expect(slices.first?.lowerBound == 0 && slices.last?.upperBound == 500)
+        #expect(zip(slices, slices.dropFirst()).allSatisfy { $0.upperBound == $1.lowerBound })
+        #expect(PiperStreamSplit.slices(frames: 10) == [0..<10])
+        #expect(PiperStreamSplit.slices(frames: 0).isEmpty)
+        #expect(PiperStreamSplit.slices(frames: 2000).dropFirst(3).allSatisfy { $0.count <= 384 })
+        // Two rows of 6 frames; frames 2..<4 with 1 frame of context: 1..<5 of each row, the slice 1 frame in.
+        let values: [Float] = [0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15]
+        let c = PiperStreamSplit.cut(values, shape: [1, 2, 6], 2..<4, context: 1)
+        #expect(c.values == [1, 2, 3, 4, 11, 12, 13, 14] && c.shape == [1, 2, 4] && c.offset == 1)
+        let edge = PiperStreamSplit.cut(values, shape: [1, 2, 6], 0..<2, context: 3)
+        #expect(edge.values == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14] && edge.offset == 0)
+    }
+
+    @Test("a split.json that is wrong is named with its field; one made from another model is not used")
+    func streamManifest() throws {
+        let good = #"{"format": 1, "between": ["z", "m"], "along_time": ["z", "m"], "hop": 256, "context_frames": 24, "source_bytes": 10}"#
+        let split = try PiperStreamSplit.parse(Data(good.utf8), path: "v.stream/split.json")
+        #expect(split.between == ["z", "m"] && split.hop == 256 && split.contextFrames == 24)
+        #expect { try PiperStreamSplit.parse(Data(#"{"format": 2}"#.utf8), path: "v.stream/split.json") } throws: { "\($0)".contains("v.stream/split.json: format 2") }
+        #expect { try PiperStreamSplit.parse(Data(#"{"format": 1, "between": ["z"], "along_time": ["q"], "hop": 256, "context_frames": 24, "source_bytes": 1}"#.utf8), path: "s.json") } throws: { "\($0)".contains("'between' and 'along_time'") }
+        #expect { try PiperStreamSplit.parse(Data(#"{"format": 1, "between": ["z"], "along_time": ["z"], "hop": 0, "context_frames": 24, "source_bytes": 1}"#.utf8), path: "s.json") } throws: { "\($0)".contains("'hop'") }
+        #expect { try PiperStreamSplit.parse(Data("[1]".utf8), path: "s.json") } throws: { "\($0)".contains("not a JSON object") }
+        // A split beside a model of another size: not used, and the reason names the command that makes it again.
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("piper-split-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileManager.default.createDirectory(atPath: dir + "/v.stream", withIntermediateDirectories: true)
+        try Data(repeating: 0, count: 11).write(to: URL(fileURLWithPath: dir + "/v.onnx"))
+        try Data(good.utf8).write(to: URL(fileURLWithPath: dir + "/v.stream/split.json"))
+        let loaded = PiperStreamSplit.load(model: dir + "/v.onnx")
+        #expect(loaded.split == nil && (loaded.problem ?? "").contains("scripts/piper-stream.py"), "\(loaded)")
+        #expect(PiperStreamSplit.load(model: dir + "/none.onnx") == (nil, nil) as (PiperStreamSplit?, String?))
+    }
+
     // MARK: The voice
 
     static func speak(_ texts: [String], _ parameters: [String: ParamValue] = [:]) async throws -> NodeHarness {
@@ -145,6 +182,37 @@ struct PiperTests {
         let va = try PiperVoice.shared(model: PiperFiles.model("en_US-joe-medium", [:]), threads: 2, variables: [:])
         let vb = try PiperVoice.shared(model: Self.voice, threads: 2, variables: [:])
         #expect(va === vb)
+    }
+
+    @Test("the streamed voice (its two halves, slice by slice) says what the whole model says, first audio after a fraction of it")
+    func streamedMatchesWhole() async throws {
+        let model = try Self.requireVoice()
+        let folder = PiperStreamSplit.folder(model: model)
+        try #require(FileManager.default.fileExists(atPath: folder + "/split.json"), "\(folder) is missing: run scripts/install-piper.sh")
+        // The same voice without its halves: a copy of the model and its configuration in another folder.
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("piper-whole-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: model, toPath: dir + "/joe.onnx")
+        try FileManager.default.copyItem(atPath: model + ".json", toPath: dir + "/joe.onnx.json")
+        let streamed = try PiperVoice.shared(model: model, threads: 2, variables: [:])
+        let whole = try PiperVoice.shared(model: dir + "/joe.onnx", threads: 2, variables: [:])
+        #expect(streamed.split != nil && whole.split == nil)
+        let c = streamed.configuration
+        let ids = c.ids(for: try PiperPhonemizer.phonemes("We need more information about the project before the meeting starts tomorrow.", voice: c.espeakVoice)).ids
+        let scales: [Float] = [0, Float(c.lengthScale), 0]
+        let reference = try whole.audio(ids: ids, scales: scales, speaker: nil)
+        let utterance = try streamed.begin(ids: ids, scales: scales, speaker: nil)
+        var slices: [[Float]] = []
+        while let slice = try streamed.next(utterance) { slices.append(slice) }
+        let joined = slices.flatMap { $0 }
+        #expect(slices.count >= 3 && slices[0].count == 24 * 256, "\(slices.map(\.count))")
+        try #require(joined.count == reference.count, "\(joined.count) samples streamed, \(reference.count) whole")
+        let level = sqrt(reference.reduce(0) { $0 + $1 * $1 } / Float(reference.count))
+        let error = sqrt(zip(joined, reference).reduce(0) { $0 + ($1.0 - $1.1) * ($1.0 - $1.1) } / Float(reference.count))
+        #expect(error < 1e-3 * level, "streamed audio differs by \(error / level) of the level")
+        // One gain per voice, from the same calibration: the two copies agree.
+        #expect(abs(streamed.gain - whole.gain) < 0.01 * whole.gain, "\(streamed.gain) vs \(whole.gain)")
     }
 
     @Test("speed, noise_scale and noise_w reach the model: speed 2 halves the length, noise 0 repeats exactly")

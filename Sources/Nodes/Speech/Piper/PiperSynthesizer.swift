@@ -11,9 +11,10 @@ import Synchronization
 /// reported as `tts_skipped`), cut into pieces (``PiperPieces``: when the engine was idle — somebody
 /// waits for the first sound — a long sentence's first clause or phrase alone; every piece bounded),
 /// and each piece is phonemized (``PiperPhonemizer``), turned into the
-/// voice's phoneme ids, synthesized and delivered as soon as it is made, at the voice's own rate (the
-/// node converts it to `rate`). Each piece's audio is scaled to full range (as Piper does); a
-/// sentence's audio ends with ``sentenceSilenceMs`` of silence.
+/// voice's phoneme ids and synthesized; a voice with halves (``PiperStreamSplit``) delivers a piece
+/// slice by slice, the first short, each as soon as it is made, at the voice's own rate (the node
+/// converts it to `rate`). Audio is scaled with the voice's one gain; a sentence's audio ends with
+/// ``sentenceSilenceMs`` of silence.
 final class PiperSynthesizer: ReportingSynthesizer {
     /// What the `tts` parameters set.
     struct Settings: Sendable {
@@ -83,35 +84,31 @@ final class PiperSynthesizer: ReportingSynthesizer {
         defer { finished.withLock { $0 = .now } }
         for (n, piece) in pieces.enumerated() {
             try Task.checkCancellation()
-            let (samples, unknown) = try await worker.run { try Self.speak(piece, state) }
+            guard let (utterance, unknown) = try await worker.run({ try Self.begin(piece, state) }) else { continue }
             if !unknown.isEmpty {
                 note(.ttsSkipped, [("text", .string(String(String.UnicodeScalarView(unknown)))),
                                    ("reason", .string("phonemes the voice \(state.voice.name) has no id for"))])
             }
-            var audio = samples
-            if n + 1 == pieces.count && !audio.isEmpty {
-                audio += [Int16](repeating: 0, count: format.sampleRate * Self.sentenceSilenceMs / 1000)
+            // A streaming voice gives the piece's audio slice by slice, the first after a fraction of the
+            // piece's synthesis; each goes out as soon as it is made.
+            while let floats = try await worker.run({ try state.voice.next(utterance) }) {
+                try Task.checkCancellation()
+                if !floats.isEmpty { try await deliver(AudioBuffer(format: format, samples: state.voice.samples(floats))) }
             }
-            if !audio.isEmpty { try await deliver(AudioBuffer(format: format, samples: audio)) }
+            if n + 1 == pieces.count {
+                try await deliver(AudioBuffer(format: format, samples: [Int16](repeating: 0, count: format.sampleRate * Self.sentenceSilenceMs / 1000)))
+            }
         }
     }
 
-    /// One piece: phonemes, ids, the model's audio scaled to 16-bit full range. Blocking.
-    static func speak(_ piece: String, _ state: Loaded) throws -> (samples: [Int16], unknown: [Unicode.Scalar]) {
+    /// Starts one piece: phonemes, ids, and the voice's first run over them; nil when the piece has
+    /// nothing to say. Blocking.
+    static func begin(_ piece: String, _ state: Loaded) throws -> (PiperUtterance, unknown: [Unicode.Scalar])? {
         let c = state.voice.configuration
         let phonemes = try PiperPhonemizer.phonemes(piece, voice: c.espeakVoice)
-        guard phonemes.contains(where: { !$0.isWhitespace && !$0.isPunctuation }) else { return ([], []) }
+        guard phonemes.contains(where: { !$0.isWhitespace && !$0.isPunctuation }) else { return nil }
         let (ids, unknown) = c.ids(for: phonemes)
-        let floats = try state.voice.audio(ids: ids, scales: state.scales, speaker: state.speaker)
-        return (scaled(floats), unknown)
-    }
-
-    /// Floats to 16-bit samples, the loudest at full range (the gain at most 100, as Piper's).
-    static func scaled(_ floats: [Float]) -> [Int16] {
-        var peak: Float = 0.01
-        for f in floats where f.isFinite { peak = max(peak, abs(f)) }
-        let gain = 32767 / peak
-        return floats.map { f in f.isFinite ? Int16(max(-32767, min(32767, (f * gain).rounded()))) : 0 }
+        return (try state.voice.begin(ids: ids, scales: state.scales, speaker: state.speaker), unknown)
     }
 
     func stop() { worker.shutdown() }
