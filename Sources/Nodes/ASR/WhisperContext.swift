@@ -82,15 +82,28 @@ enum WhisperGuard {
     /// plus room for timestamps and punctuation.
     static func maxTokens(durationMs: Int) -> Int { 16 + durationMs * 8 / 1000 }
 
-    /// Why the decoding looks wrong, or nil: `repetition`, `compression`, `length` or `token_limit`.
-    static func failure(text: String, tokensPerSegment: [Int], durationMs: Int) -> String? {
+    /// The mean log-probability of a decoding's text tokens under which a reduced context's result is
+    /// not trusted. Measured on the benchmark prompts (tiny.en): correct decodings -0.05 to -0.37, the
+    /// reduced context's misheard short prompts -0.77 ("Agent Log-In") and -1.23 (a stray backslash for
+    /// "Followed by the pound key"); the whole window on the same audio -0.65 and -0.53, right.
+    static let confidenceThreshold = -0.6
+
+    /// Audio at least this long that decodes to no word at all is decoded again (a short context that
+    /// missed the speech the VAD heard).
+    static let wordlessMs = 1000
+
+    /// Why the decoding looks wrong, or nil: `token_limit`, `no_words`, `length`, `repetition`,
+    /// `compression` or `confidence`.
+    static func failure(text: String, tokensPerSegment: [Int], durationMs: Int, meanLogProbability: Double = 0) -> String? {
         let limit = maxTokens(durationMs: durationMs)
         if tokensPerSegment.contains(where: { $0 >= limit - 1 }) { return "token_limit" }
         let words = text.lowercased().split(whereSeparator: { $0.isWhitespace }).map { $0.filter { $0.isLetter || $0.isNumber } }.filter { !$0.isEmpty }
+        if words.isEmpty && durationMs >= wordlessMs && !WhisperEngine.isNonSpeechTag(text.trimmingCharacters(in: .whitespaces)) { return "no_words" }
         if words.count > 4 + durationMs * 6 / 1000 { return "length" }
         if repeats(words) { return "repetition" }
         let bytes = Array(text.utf8)
         if bytes.count >= 40, vp_whisper_compression_ratio(bytes, bytes.count) > compressionThreshold { return "compression" }
+        if meanLogProbability < confidenceThreshold { return "confidence" }
         return nil
     }
 

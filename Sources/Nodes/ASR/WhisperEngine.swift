@@ -186,7 +186,7 @@ public struct WhisperEngine: ASREngine {
                                 decoding = try await pool.decode(audio, request: request, priority: .final, session: session)
                             }
                             if let decoding {
-                                logger.debug("whisper: utterance \(utterance.voiceID): \(audio.count / 16) ms decoded in \(Int(decoding.decodeMs)) ms after \(Int(decoding.queuedMs)) ms queued, audio_ctx \(decoding.audioContext)\(decoding.retries.isEmpty ? "" : " after retries (\(decoding.retries.joined(separator: ", ")))")\(ahead != nil ? " (ahead)" : "")")
+                                logger.debug("whisper: utterance \(utterance.voiceID): \(audio.count / 16) ms decoded in \(Int(decoding.decodeMs)) ms after \(Int(decoding.queuedMs)) ms queued, audio_ctx \(decoding.audioContext), mean log p \(String(format: "%.2f", decoding.meanLogProbability))\(decoding.retries.isEmpty ? "" : " after retries (\(decoding.retries.joined(separator: ", ")))")\(ahead != nil ? " (ahead)" : "")")
                                 for reason in decoding.retries {
                                     counters.count("whisper_retries")
                                     counters.count("whisper_guard_" + reason)

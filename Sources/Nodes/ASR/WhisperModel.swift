@@ -240,6 +240,13 @@ struct WhisperDecoding: Sendable {
     var retries: [String] = []
     /// Set on a partial whose only try failed a check: it is not shown.
     var guarded: String?
+
+    /// The mean natural log of the text tokens' probabilities (0 when there are none): how sure the decoder
+    /// was of what it wrote.
+    var meanLogProbability: Double {
+        let p = segments.flatMap(\.tokens).map { Double(max($0.probability, 1e-9)) }
+        return p.isEmpty ? 0 : p.reduce(0) { $0 + log($1) } / Double(p.count)
+    }
 }
 
 /// A bounded pool of decoder threads for one model.
@@ -471,7 +478,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
             guard !last else { break }
             let text = decoding.segments.map(\.text).joined(separator: " ")
             let failure = WhisperGuard.failure(text: text, tokensPerSegment: decoding.segments.map(\.rawTokenCount),
-                                               durationMs: durationMs)
+                                               durationMs: durationMs, meanLogProbability: decoding.meanLogProbability)
             guard let failure else { break }
             if job.request.quick {
                 decoding.guarded = failure

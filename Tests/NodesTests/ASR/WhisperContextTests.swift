@@ -62,6 +62,12 @@ struct WhisperContextTests {
         #expect(WhisperGuard.failure(text: compressible, tokensPerSegment: [30], durationMs: 20_000) == "compression")
         #expect(WhisperGuard.failure(text: "Hello there.", tokensPerSegment: [WhisperGuard.maxTokens(durationMs: 1_000)], durationMs: 1_000) == "token_limit")
         #expect(WhisperGuard.maxTokens(durationMs: 2_000) == 32)
+        // A decoder unsure of its words (the mean log-probability of its tokens): decoded again.
+        #expect(WhisperGuard.failure(text: "Agent Log-In", tokensPerSegment: [6], durationMs: 1_600, meanLogProbability: -0.77) == "confidence")
+        #expect(WhisperGuard.failure(text: "Agent login.", tokensPerSegment: [6], durationMs: 1_600, meanLogProbability: -0.37) == nil)
+        // A second of speech that gave no word at all; a short blip that gave none is left alone.
+        #expect(WhisperGuard.failure(text: " \\", tokensPerSegment: [3], durationMs: 1_500) == "no_words")
+        #expect(WhisperGuard.failure(text: "", tokensPerSegment: [1], durationMs: 600) == nil)
     }
 
     @Test("the core budget: decodings allowed follow the free cores, at least one")
