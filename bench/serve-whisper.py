@@ -453,6 +453,7 @@ def report(a, command, mem, churns, sweeps, audio_s, mem_audio_s, sentences):
 
 
 async def main():
+    global BUDGET_S
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--voicepipe", default=".build-release/release/voicepipe")
     ap.add_argument("--levels", default="1,2,4,8,12,16,24", help="real-time sweep: sessions per level")
@@ -465,9 +466,11 @@ async def main():
     ap.add_argument("--hold", type=float, default=6.0, help="memory: seconds to keep sampling once all sessions stream")
     ap.add_argument("--whisper-params", default="", help="extra asr parameters for whisper, e.g. 'threads: 1, decoders: 2' "
                     "(a copy of pipelines/serve-whisper.yaml in the temporary directory)")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds from end of speech to final (p95) a level must keep")
     ap.add_argument("--out", default="bench/results/serve-whisper.md")
     ap.add_argument("--smoke", action="store_true", help="1 and 2 sessions, one sentence: checks that it runs")
     a = ap.parse_args()
+    BUDGET_S = a.budget
     command = "bench/serve-whisper.py " + " ".join(x if " " not in x else f"'{x}'" for x in sys.argv[1:])
     if a.smoke:
         a.levels, a.memory_levels, a.hold = "1,2", "1,2", 2.0
