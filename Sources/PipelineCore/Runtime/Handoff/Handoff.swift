@@ -194,7 +194,8 @@ public final class Handoff<Element: Sendable>: Sendable {
         run(state.withLock { $0.finishConsumer() })
     }
 
-    /// Discards the queued elements `matching` selects (all by default), counted as dropped.
+    /// Discards the queued and waiting elements `matching` selects (all by default), counted as dropped; a
+    /// sender waiting with a discarded element resumes.
     @discardableResult
     public func flush(where matching: (Element) -> Bool = { _ in true }) -> Int {
         var n = 0
