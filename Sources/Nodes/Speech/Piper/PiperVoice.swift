@@ -2,7 +2,6 @@ import COnnxRuntime
 import CoreNodes
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// Where `tts` `engine: piper` finds its voice: `voice` is a model file (`….onnx`, with its
 /// `….onnx.json` beside it) or the name of an installed voice, `NAME.onnx` in
@@ -70,7 +69,7 @@ final class PiperVoice: Sendable {
     let name: String
     /// Milliseconds the load took (model and warm-up).
     let loadMs: Int
-    private let session: Mutex<SessionBox>
+    private let session: LockedValue<SessionBox>
 
     /// The ONNX session, used only under ``session``'s lock.
     private final class SessionBox {
@@ -94,11 +93,11 @@ final class PiperVoice: Sendable {
         self.model = model
         self.configuration = configuration
         self.name = ((model as NSString).lastPathComponent as NSString).deletingPathExtension
-        self.session = Mutex(SessionBox(session))
+        self.session = LockedValue(SessionBox(session))
         self.loadMs = Int((ContinuousClock.now - began) / .milliseconds(1))
     }
 
-    private static let voices = Mutex<[String: PiperVoice]>([:])
+    private static let voices = LockedValue<[String: PiperVoice]>([:])
 
     /// The voice whose model is `model`, loaded on first use (with `threads` threads per run) and then
     /// shared; voices stay loaded for the life of the process.
