@@ -2,7 +2,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
-import Synchronization
+import PipelineCore
 import WSClient
 
 /// `WebSocketClient.connect` with a deadline on the opening handshake (TCP connect, TLS and the
@@ -23,7 +23,7 @@ package enum BoundedWebSocket {
     /// One connection attempt: its event loop group and how far the handshake got.
     final class Attempt: Sendable {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        private let state = Mutex<(upgraded: Bool, shut: Bool, timedOut: Bool)>((false, false, false))
+        private let state = LockedValue<(upgraded: Bool, shut: Bool, timedOut: Bool)>((false, false, false))
 
         var timedOut: Bool { state.withLock { $0.timedOut } }
         func upgraded() { state.withLock { $0.upgraded = true } }

@@ -47,8 +47,8 @@ package final class IVHCommandChannel: Sendable {
     package let logger: Logger
     /// Consecutive failed openings before giving up.
     package let maxFailures: Int
-    private let fatal = Mutex<IVHError?>(nil)
-    private let nextAudio = Mutex<Duration?>(nil)
+    private let fatal = LockedValue<IVHError?>(nil)
+    private let nextAudio = LockedValue<Duration?>(nil)
     private let openings = Atomic<Int>(0)
 
     package init(sessionID: String, url: @escaping @Sendable () -> String, tls: TLSConfiguration?, clock: any Clock<Duration>,

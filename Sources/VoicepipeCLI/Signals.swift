@@ -1,6 +1,6 @@
 import Foundation
 import Nodes
-import Synchronization
+import PipelineCore
 
 /// Process-wide signal handling, installed first thing in ``Voicepipe/main(registry:commands:arguments:)``.
 ///
@@ -23,7 +23,7 @@ enum SignalCenter {
         var received = 0
         var action: (@Sendable () -> Void)?
     }
-    private static let state = Mutex(State())
+    private static let state = LockedValue(State())
     nonisolated(unsafe) static var writeEnd: Int32 = -1
 
     /// Installs the handlers (once per process).

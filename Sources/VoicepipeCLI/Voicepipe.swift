@@ -3,7 +3,6 @@ import Foundation
 import Logging
 import Nodes
 import PipelineCore
-import Synchronization
 
 /// The `voicepipe` command line, reusable by packages that add their own node types:
 ///
@@ -61,8 +60,8 @@ public enum Voicepipe {
 
 /// Process-wide settings of the CLI.
 enum CLIContext {
-    static let registry = Mutex<NodeRegistry>(BuiltinNodes.registry())
-    static let extraCommands = Mutex<[any ParsableCommand.Type]>([])
+    static let registry = LockedValue<NodeRegistry>(BuiltinNodes.registry())
+    static let extraCommands = LockedValue<[any ParsableCommand.Type]>([])
     static var currentRegistry: NodeRegistry { registry.withLock { $0 } }
 }
 
@@ -124,7 +123,7 @@ struct LogOptions: ParsableArguments {
 
 /// Bootstraps swift-log once per process (stderr, with the chosen level).
 enum LogBootstrap {
-    private static let done = Mutex(false)
+    private static let done = LockedValue(false)
     static func once(level: Logger.Level) {
         let first = done.withLock { d -> Bool in defer { d = true }; return !d }
         guard first else { return }

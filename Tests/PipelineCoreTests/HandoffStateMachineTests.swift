@@ -150,6 +150,9 @@ struct HandoffStateMachineTests {
                     m.flushes += 1
                     let (_, effects) = m.machine.flush(where: { $0 % 2 == 1 })
                     try apply(effects, to: &m, trace: trace)
+                    // Nothing the flush selected stays behind, queued or with a waiting sender.
+                    let left = m.machine.flushCandidates.filter { $0 % 2 == 1 }
+                    if !left.isEmpty { throw Violation(description: "the flush left \(left) to be delivered later: \(trace)") }
                 }))
             }
         case .pending:
@@ -309,6 +312,26 @@ struct HandoffStateMachineTests {
         #expect(first.element == 1 && first.droppedBefore == 2)
         guard case .element(let second) = m.receive().0 else { Issue.record("nothing queued"); return }
         #expect(second.element == 3 && second.droppedBefore == 0)
+    }
+
+    @Test("a flush discards a waiting sender's element even when it frees no room, and resumes that sender")
+    func flushReachesWaitingSenders() {
+        var m = Machine(capacity: 1, overflow: .suspend)
+        #expect(m.send(0).0 == .accepted)
+        #expect(m.send(1).0 == .mustWait)
+        #expect(m.parkSender(m.makeID(), 7, element: 1, cancelled: false).resumeNow == false)
+        #expect(m.send(2).0 == .mustWait)
+        #expect(m.parkSender(m.makeID(), 8, element: 2, cancelled: false).resumeNow == false)
+        // The queued 0 stays, so no room is freed: the waiting 1 is discarded all the same, 2 keeps waiting.
+        let (n, effects) = m.flush(where: { $0 % 2 == 1 })
+        #expect(n == 1)
+        #expect(effects.senders == [7])
+        #expect(m.queued == [0] && m.flushCandidates == [0, 2])
+        #expect(m.dropped == 1)
+        guard case .element(let first) = m.receive().0 else { Issue.record("nothing queued"); return }
+        #expect(first.element == 0)
+        guard case .element(let second) = m.receive().0 else { Issue.record("nothing queued"); return }
+        #expect(second.element == 2)
     }
 
     @Test("one element heavier than the capacity passes alone; the next waits")

@@ -80,6 +80,27 @@ struct HandoffTests {
         #expect(done.withLock { $0 })
     }
 
+    @Test("a thread that cannot await blocks on an empty queue: it takes every element in order, then the end")
+    func blockingReceive() async {
+        let h = Handoff<Int>(capacity: 2, overflow: .suspend)
+        let got: [Int] = await withCheckedContinuation { c in
+            let t = Thread {
+                var got: [Int] = []
+                while let v = h.receiveBlocking() { got.append(v.element) }
+                c.resume(returning: got)
+            }
+            t.start()
+            Task {
+                // The receiver is waiting before anything is sent, then sends outrun it.
+                _ = await eventually { h.isReceiverWaiting }
+                for i in 0..<500 { await h.send(i) }
+                h.producerFinished()
+            }
+        }
+        #expect(got == Array(0..<500))
+        #expect(h.counters.sent == 500 && h.counters.dropped == 0)
+    }
+
     @Test("drop-oldest from a device thread: the consumer learns how much was lost before each element")
     func dropOldestTally() async {
         let h = Handoff<Int>(capacity: 3, overflow: .dropOldest, weight: { _ in 10 })

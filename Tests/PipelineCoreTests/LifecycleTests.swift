@@ -137,4 +137,56 @@ struct LifecycleTests {
         #expect(fused.edgeStats.contains { $0.label.hasSuffix("(fused)") })
         #expect(!unfused.edgeStats.contains { $0.label.hasSuffix("(fused)") })
     }
+
+    @Test("a node's requestPipelineStop() goes through the pipeline's life: draining, then finished(stopped)",
+          .timeLimit(.minutes(1)))
+    func nodeRequestsStop() async throws {
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 100000000, delay_ms: 1 }
+              end: { type: stopper, after: 5 }
+            links: [ "src -> end" ]
+            """, registry: registry, environment: [:])
+        try await p.run()
+        #expect(p.state == .finished(.stopped))
+        #expect(p.edgeStats[0].dropped == 0)
+    }
+
+    @Test("termination endsPipeline: the node's finish stops the rest, which drains", .timeLimit(.minutes(1)))
+    func nodeEndsThePipeline() async throws {
+        var options = Pipeline.Options()
+        options.termination["short"] = .endsPipeline
+        let key = uniqueKey()
+        let p = try Pipeline(yaml: """
+            nodes:
+              short: { type: scripted-source, count: 5 }
+              endless: { type: scripted-source, count: 100000000, delay_ms: 1 }
+              a: { type: collect, key: \(uniqueKey()) }
+              b: { type: collect, key: \(key) }
+            links: [ "short -> a", "endless -> b" ]
+            """, registry: registry, environment: [:], options: options)
+        try await p.run()
+        #expect(p.state == .finished(.stopped))
+        #expect(p.edgeStats.allSatisfy { $0.dropped == 0 })
+        #expect(UInt64(board.recorder(key).values.count) == p.edgeStats[1].sent)
+    }
+
+    @Test("termination optional: the node's failure is reported and the run completes", .timeLimit(.minutes(1)))
+    func optionalNodeFails() async throws {
+        var options = Pipeline.Options()
+        options.termination["bad"] = .optional
+        let p = try Pipeline(yaml: """
+            nodes:
+              src: { type: scripted-source, count: 10 }
+              bad: { type: flaky, failures: 1, after: 2 }
+              sink: { type: collect, key: \(uniqueKey()) }
+            links: [ "src -> bad -> sink" ]
+            """, registry: registry, environment: [:], options: options)
+        let events = p.events()
+        try await p.run()
+        #expect(p.state == .finished(.completed))
+        var errors: [Event] = []
+        for await e in events where e.name == .error { errors.append(e) }
+        #expect(errors.count == 1 && errors.first?.node == "bad")
+    }
 }

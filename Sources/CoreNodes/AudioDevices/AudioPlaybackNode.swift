@@ -349,8 +349,8 @@ final class PlaybackCounter: Sendable {
 
 /// Lets a cancellation handler stop whichever playback queue is open at that moment.
 private final class StopOnCancel: Sendable {
-    private let queue = Mutex<AudioPlaybackQueue?>(nil)
-    private let cancelled = Mutex(false)
+    private let queue = LockedValue<AudioPlaybackQueue?>(nil)
+    private let cancelled = LockedValue(false)
     func set(_ q: AudioPlaybackQueue) {
         let c = cancelled.withLock { $0 }
         queue.withLock { $0 = q }

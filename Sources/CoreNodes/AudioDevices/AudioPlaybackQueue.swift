@@ -22,7 +22,7 @@ final class AudioPlaybackQueue: Sendable {
         var flushWaiter: CheckedContinuation<Duration?, Never>?
         var flushRequested = false
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let available = DispatchSemaphore(value: 0)
     private let capacity: Int
     private let underrunCount = Atomic<Int>(0)

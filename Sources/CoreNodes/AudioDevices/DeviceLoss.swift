@@ -84,7 +84,7 @@ final class DeviceLossLog: Sendable {
         case lost(message: String, at: ContinuousClock.Instant)
         case restored(device: String, at: ContinuousClock.Instant)
     }
-    private let entries = Mutex<[Entry]>([])
+    private let entries = LockedValue<[Entry]>([])
     private let droppedFrames = Atomic<Int>(0)
 
     func append(_ e: Entry) { entries.withLock { $0.append(e) } }

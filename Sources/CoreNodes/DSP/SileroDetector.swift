@@ -1,7 +1,6 @@
 import COnnxRuntime
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// Where the Silero VAD's files are: ONNX Runtime's shared library and the model.
 ///
@@ -40,7 +39,7 @@ enum SileroFiles {
 enum OnnxRuntime {
     /// The library's API table: immutable, process-wide, never freed.
     struct Table: @unchecked Sendable { let pointer: UnsafePointer<OrtApi> }
-    private static let loaded = Mutex<Table?>(nil)
+    private static let loaded = LockedValue<Table?>(nil)
 
     /// The API table (version 1), loading the library on first use.
     static func api(_ variables: [String: String]) throws -> UnsafePointer<OrtApi> {

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import PipelineCore
 import Synchronization
 #if canImport(ServiceDiscovery)
 import ServiceDiscovery
@@ -569,14 +570,14 @@ private final class IntercomSessionCore: Sendable {
     let fd: Int32
     let clock = ContinuousClock()
     let origin: ContinuousClock.Instant
-    let box: Mutex<Box>
+    let box: LockedValue<Box>
     let finished = Atomic<Bool>(false)
     let closed = Atomic<Bool>(false)
 
     init(fd: Int32, state: IntercomSessionState) {
         self.fd = fd
         self.origin = clock.now
-        self.box = Mutex(Box(state: state))
+        self.box = LockedValue(Box(state: state))
     }
 
     var now: Duration { clock.now - origin }

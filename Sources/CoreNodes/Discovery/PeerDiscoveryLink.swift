@@ -22,12 +22,12 @@ final class PeerDiscoveryLink: Sendable {
     }
 
     private let settings: Settings
-    private let destination = Mutex<UDPAddress?>(nil)
+    private let destination = LockedValue<UDPAddress?>(nil)
     private let generation = Atomic<Int>(0)
     /// Instance names of the peers found so far, by their TXT `id` (a peer may invite before its
     /// advertisement is resolved here).
-    private let names = Mutex<[String: String]>([:])
-    private let parts = Mutex<(session: IntercomSession?, mdns: MulticastDNS?, task: Task<Void, Never>?)>((nil, nil, nil))
+    private let names = LockedValue<[String: String]>([:])
+    private let parts = LockedValue<(session: IntercomSession?, mdns: MulticastDNS?, task: Task<Void, Never>?)>((nil, nil, nil))
 
     init(settings: Settings) { self.settings = settings }
 

@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// Sample encodings a WAV or raw PCM file may hold.
 public enum PCMEncoding: String, Sendable, Hashable, CaseIterable {
@@ -206,7 +205,7 @@ public final class WAVWriter {
 /// The WAV files open in this process, with their sizes so far.
 enum OpenWAVFiles {
     struct Entry { var fd: Int32; var format: AudioFormat; var dataBytes: UInt64 }
-    private static let table = Mutex<(next: Int, entries: [Int: Entry])>((0, [:]))
+    private static let table = LockedValue<(next: Int, entries: [Int: Entry])>((0, [:]))
 
     static func add(fd: Int32, format: AudioFormat) -> Int {
         table.withLock { t in

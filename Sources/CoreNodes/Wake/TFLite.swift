@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// Where the wake word files are: TensorFlow Lite's C library and openWakeWord's models.
 ///
@@ -66,7 +65,7 @@ struct TFLiteAPI: @unchecked Sendable {
     let tensorType: TensorType
     let quantization: Quantization
 
-    private static let loaded = Mutex<TFLiteAPI?>(nil)
+    private static let loaded = LockedValue<TFLiteAPI?>(nil)
 
     /// The API, loading the library on first use.
     static func shared(_ variables: [String: String]) throws -> TFLiteAPI {

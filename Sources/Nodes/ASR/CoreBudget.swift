@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import PipelineCore
 
 /// How many of the machine's cores other processes leave free, from the kernel's CPU accounting.
 ///
@@ -23,7 +23,7 @@ final class CoreBudget: Sendable {
         var own: UInt64        // this process's user + system time
         var free: Double
     }
-    private let last = Mutex<Sample?>(nil)
+    private let last = LockedValue<Sample?>(nil)
     /// A fixed figure instead of readings (tests; systems without /proc).
     private let fixed: Double?
 

@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// `engine: whisper`: OpenAI's Whisper through whisper.cpp, in the process (16 kHz mono).
 ///
@@ -29,7 +28,7 @@ public struct WhisperEngine: ASREngine {
     }
 
     private final class PartialBox: Sendable {
-        let state = Mutex(PartialState())
+        let state = LockedValue(PartialState())
     }
 
     /// The utterance partials may still report on.

@@ -2,7 +2,6 @@ import CWhisper
 import Foundation
 import Logging
 import PipelineCore
-import Synchronization
 
 /// Where `engine: whisper` finds whisper.cpp's library and its default model.
 ///
@@ -120,7 +119,7 @@ public enum WhisperLibrary {
         vp_whisper_finish()
     }
 
-    private static let loaded = Mutex<String?>(nil)
+    private static let loaded = LockedValue<String?>(nil)
 
     /// Loads the library (once); throws naming the file and what went wrong.
     static func load(_ variables: [String: String], logger: Logger? = nil) throws {
@@ -167,7 +166,7 @@ final class WhisperModel: @unchecked Sendable {
         pool = WhisperDecoderPool(name: (path as NSString).lastPathComponent, context: pointer)
     }
 
-    private static let models = Mutex<[String: WhisperModel]>([:])
+    private static let models = LockedValue<[String: WhisperModel]>([:])
 
     /// The model in `path`, loaded on first use and then shared (keyed by the file's real path).
     /// Models stay loaded for the life of the process, so sessions that come and go reuse them.

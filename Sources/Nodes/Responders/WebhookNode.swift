@@ -2,7 +2,6 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import PipelineCore
-import Synchronization
 
 /// `webhook`: POSTs each input text as JSON to a URL and passes on the text it answers.
 ///
@@ -263,7 +262,7 @@ extension WebhookNode.Configuration: CustomReflectable {
 
 /// The answer of the attempt that succeeded, handed out of the retry loop.
 private final class AnswerBox: Sendable {
-    private let stored = Mutex<WebhookNode.Answer?>(nil)
+    private let stored = LockedValue<WebhookNode.Answer?>(nil)
     func set(_ a: WebhookNode.Answer) { stored.withLock { $0 = a } }
     var value: WebhookNode.Answer? { stored.withLock { $0 } }
 }

@@ -1,7 +1,6 @@
 import CEspeakNG
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// `engine: espeak-ng`: eSpeak NG, embedded (Debian's libespeak-ng), about a hundred languages,
 /// Mandarin (`cmn`) included.
@@ -62,7 +61,7 @@ enum EspeakLibrary {
         }
     }
 
-    private static let state = Mutex(State())
+    private static let state = LockedValue(State())
 
     /// Why espeak-ng cannot speak with `voice` (naming the voices it has), or `nil` when it can.
     static func problem(voice: String) -> String? {

@@ -1,6 +1,5 @@
 import CFlite
 import PipelineCore
-import Synchronization
 
 /// `engine: flite`: CMU Flite, embedded (Debian's libflite and its US English voices).
 ///
@@ -94,7 +93,7 @@ enum FliteLibrary {
         }
     }
 
-    private static let state = Mutex(State())
+    private static let state = LockedValue(State())
 
     /// Loads `voice` (once per process).
     static func load(_ voice: FliteSynthesizer.Voice) throws {

@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// `tts`: speech synthesis. Text in (`text`), audio out (`out`) at the graph's rate, sentence by
 /// sentence: each text is cut into sentences (``SentenceSplitter``) and the first one is heard as soon
@@ -348,7 +347,7 @@ final class CutAnswers: Sendable {
         var speaking: Int64?
         var playing: Int64?
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     /// The answer being synthesized.
     var speaking: Int64? {

@@ -4,7 +4,6 @@ import Logging
 import NIOCore
 import NIOSSL
 import PipelineCore
-import Synchronization
 import TencentASR
 import WSClient
 
@@ -253,7 +252,7 @@ struct TencentTTSMessage: Decodable, Sendable {
 final class TencentSynthesisRun: Sendable {
     let settings: TencentSynthesizer.Settings
     let sentence: String
-    private let state = Mutex<(failure: NodeError?, lastHeard: ContinuousClock.Instant, audioBytes: Int, done: Bool)>(
+    private let state = LockedValue<(failure: NodeError?, lastHeard: ContinuousClock.Instant, audioBytes: Int, done: Bool)>(
         (nil, .now, 0, false))
 
     init(settings: TencentSynthesizer.Settings, sentence: String) {

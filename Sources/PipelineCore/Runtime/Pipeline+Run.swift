@@ -12,62 +12,70 @@ extension Pipeline {
     /// Runs every node until the sinks finish, a stop completes, or a node fails
     /// (then throws ``PipelineError``). A pipeline runs once; ``state`` tells where it is.
     public func run() async throws {
-        guard lifecycle.withLock({ $0.start() }) else {
+        let tasks = graph.nodes.filter { !fused.contains($0.id) }
+        guard lifecycle.start(nodes: tasks.count) else {
             throw PipelineError(node: "pipeline", code: .alreadyRun, message: "this pipeline has already run; build a new one to run the graph again")
         }
         defer { shared.bus.finishAll() }
-        await withTaskGroup(of: ChildResult?.self) { group in
-            let tasks = graph.nodes.filter { !fused.contains($0.id) }
+        await withTaskGroup(of: Bool.self) { group in
             if tasks.contains(where: { $0.executor == .realtime }), let status = RealtimeScheduling.statusOnce(), status != "granted" {
                 logger.notice("real-time scheduling is not in use (\(status)); timing-critical nodes run on their own threads at normal priority")
             }
             for n in tasks {
                 // Latency-critical nodes run on the real-time executor, apart from bulk work.
                 let executor: (any TaskExecutor)? = n.executor == .realtime ? RealtimeExecutor.shared : nil
+                let policy = options.termination[n.id] ?? .default
                 group.addTask(executorPreference: executor) { [self] in
-                    let result = await self.runNode(n)
-                    if case .failed(let error) = result, lifecycle.withLock({ $0.failed(error) }) {
-                        self.logger.error("\(error.description)")
-                        self.shared.bus.publish(Event(.error, node: error.node, ts: self.shared.elapsed,
-                                                      fields: [("code", .string(error.code.rawValue)), ("message", .string(error.message))]))
-                        self.shared.markStopping()
-                        self.stopSignal.fire()
-                        self.stopSignal.abort()
+                    let end: PipelineLifecycle.Machine.NodeEnd = switch await self.runNode(n) {
+                    case .finished: .finished
+                    case .failed(let error): .failed(error)
                     }
-                    return result
+                    // True for the last node: the run is over.
+                    return lifecycle.nodeEnded(end, policy: policy, report: report)
                 }
             }
-            // Drain watchdog: after a stop, give the graph the drain timeout on the pipeline's clock, then
-            // cancel everything. (It returns nil: it is not a node.)
+            // The drain watchdog (not a node): after a stop, the rest of the graph has the drain timeout.
             group.addTask { [self] in
-                await self.stopSignal.wait()
-                try? await self.clock.sleep(for: self.drainTimeout)
-                // Cancelled: every node ended within the drain; nothing to cut short.
-                if Task.isCancelled { return nil }
-                if !self.stopSignal.aborted {
-                    self.lifecycle.withLock { $0.drainTimedOut() }
-                    // What the cancellation leaves unprocessed is said, with its count (the drain timeout is
-                    // the policy that drops it).
-                    let queued = self.edges.values.reduce(0) { $0 + $1.depth }
-                    let ms = Int64(self.drainTimeout.components.seconds * 1000 + self.drainTimeout.components.attoseconds / 1_000_000_000_000_000)
-                    self.logger.warning("stop: the graph did not drain within \(ms) ms; cancelling it with \(queued) frame(s) still queued")
-                    self.shared.bus.publish(Event(.drainTimeout, node: "pipeline", ts: self.shared.elapsed,
-                                                  fields: [("timeout_ms", .int(ms)), ("queued_frames", .int(Int64(queued)))]))
-                }
-                self.stopSignal.abort()
-                return nil
+                await watchDrain()
+                return false
             }
-            var remaining = tasks.count
-            while remaining > 0, let result = await group.next() {
-                if result != nil { remaining -= 1 }
+            while let last = await group.next() {
+                if last { break }
             }
             group.cancelAll()
         }
-        let failure = lifecycle.withLock { l -> PipelineError? in
-            _ = l.finish()
-            return l.failure
+        if let failure = lifecycle.failure { throw failure }
+    }
+
+    /// Waits for a stop, then, while the graph drains, for its deadline on the pipeline's clock; past it,
+    /// the rest is cancelled.
+    private func watchDrain() async {
+        await lifecycle.wait(for: .stop)
+        while !Task.isCancelled, let deadline = lifecycle.drainDeadline {
+            try? await clock.sleep(for: deadline - lifecycle.now())
+            if Task.isCancelled { return }
+            lifecycle.drainDeadlinePassed(report: report)
         }
-        if let failure { throw failure }
+    }
+
+    /// Performs what the lifecycle asks to be said.
+    private func report(_ action: PipelineLifecycle.Action) {
+        switch action {
+        case .reportFailure(let error):
+            logger.error("\(error.description)")
+            shared.bus.publish(Event(.error, node: error.node, ts: shared.elapsed,
+                                     fields: [("code", .string(error.code.rawValue)), ("message", .string(error.message))]))
+        case .reportDrainTimeout:
+            // What the cancellation leaves unprocessed is said, with its count (the drain timeout is the policy
+            // that drops it).
+            let queued = edges.values.reduce(0) { $0 + $1.depth }
+            let ms = Int64(drainTimeout.components.seconds * 1000 + drainTimeout.components.attoseconds / 1_000_000_000_000_000)
+            logger.warning("stop: the graph did not drain within \(ms) ms; cancelling it with \(queued) frame(s) still queued")
+            shared.bus.publish(Event(.drainTimeout, node: "pipeline", ts: shared.elapsed,
+                                     fields: [("timeout_ms", .int(ms)), ("queued_frames", .int(Int64(queued)))]))
+        case .resume, .finished:
+            break
+        }
     }
 
     /// Runs one node with its restart policy.
@@ -97,8 +105,8 @@ extension Pipeline {
                 _ = await close(n, context)
                 return PipelineError(node: fusedError.node, code: nodeError?.code ?? .nodeFailed, message: nodeError?.message ?? "\(fusedError.error)")
             } catch {
-                let stopping = shared.isStopping || Task.isCancelled
-                if error is CancellationError || (stopping && n.descriptor.isSource) || stopSignal.aborted {
+                let stopping = lifecycle.isStopping || Task.isCancelled
+                if error is CancellationError || (stopping && n.descriptor.isSource) || lifecycle.isAborting {
                     return await close(n, context)
                 }
                 let nodeError = error as? NodeError
@@ -138,12 +146,13 @@ extension Pipeline {
         return nil
     }
 
-    /// Runs a node so that a stop cancels it if it is a source, and an abort cancels it in any case.
+    /// Runs a node so that a stop cancels it if it is a source, and an abort (cancel, failure, drain run
+    /// out) cancels it in any case.
     private func runAbortable(_ node: any Node, context: NodeContext, isSource: Bool) async throws {
         try await withThrowingTaskGroup(of: Bool.self) { group in
             group.addTask { try await node.run(context); return true }
-            group.addTask { [stopSignal] in
-                if isSource { await stopSignal.wait() } else { await stopSignal.waitAbort() }
+            group.addTask { [lifecycle] in
+                await lifecycle.wait(for: isSource ? .stop : .abort)
                 return false
             }
             defer { group.cancelAll() }

@@ -23,6 +23,9 @@ public final class Pipeline: Sendable {
         /// Linear chains of processors run in one task (off: every node in a task of its own, as
         /// measurements of the edges want).
         public var fusion = true
+        /// What the pipeline does when a node's task ends, by node id (``NodeTermination/default`` for the rest:
+        /// a node that finishes leaves the others running, a failure cancels the pipeline).
+        public var termination: [String: NodeTermination] = [:]
         public init() {}
     }
 
@@ -55,14 +58,14 @@ public final class Pipeline: Sendable {
     public var drainTimeout: Duration { options.drainTimeout }
     var clock: any Clock<Duration> { options.clock }
     var logger: Logger { options.logger }
-    let lifecycle = LockedValue(Lifecycle())
-    let shared = PipelineShared()
+    /// The pipeline's life: every stop, cancel and node end goes through it.
+    var lifecycle: PipelineLifecycle { shared.lifecycle }
+    let shared: PipelineShared
     let edges: [String: BoundedEdge]          // keyed by "node.port" of the consumer
     let edgeOrder: [String]
     let contexts: [String: NodeContext]
     let instances: LockedValue<[String: any Node]>
     let restarts = LockedValue<[String: Int]>([:])
-    var stopSignal: StopSignal { shared.stopSignal }
     let counters: [String: NodeCounters]
     let fused: Set<String>
     let fusedEdges: [String: FusedLink]
@@ -88,6 +91,7 @@ public final class Pipeline: Sendable {
 
         let mediaClock = MediaClock(clock)
         self.mediaClock = mediaClock
+        self.shared = PipelineShared(lifecycle: PipelineLifecycle(drainTimeout: options.drainTimeout, now: mediaClock.now))
         var edges: [String: BoundedEdge] = [:]
         // One queue per consumer input port; several links into one port share it (fan-in).
         let byInput = Dictionary(grouping: graph.links, by: { "\($0.toNode).\($0.toPort)" })
@@ -280,75 +284,18 @@ public final class Pipeline: Sendable {
     public var progress: [String: ProgressBoard.Entry] { shared.progress.snapshot }
 
     /// Where the pipeline is in its life.
-    public var state: State { lifecycle.withLock { $0.state } }
+    public var state: State { lifecycle.state }
 
     /// Asks the pipeline to stop gracefully: sources stop, queued frames drain, sinks flush.
     /// After ``drainTimeout`` (on the pipeline's clock) every node is cancelled. Safe to call from any
     /// thread, more than once, before or during ``run()``.
     public func stop() {
-        lifecycle.withLock { $0.stopRequested() }
-        shared.markStopping()
-        stopSignal.fire()
+        lifecycle.stop()
     }
 
     /// Cancels every node now, without draining: what is queued is dropped (counted on its edge).
     /// Safe to call from any thread, more than once.
     public func cancel() {
-        lifecycle.withLock { $0.cancelRequested() }
-        shared.markStopping()
-        stopSignal.fire()
-        stopSignal.abort()
-    }
-}
-
-/// The pipeline's life as one value, changed only under its lock: the state, why it is leaving
-/// `running`, and the first failure.
-struct Lifecycle {
-    var state: Pipeline.State = .ready
-    var stopped = false
-    var cancelled = false
-    var drainRanOut = false
-    var failure: PipelineError?
-
-    /// `run()` starts; false if the pipeline already ran (or is running).
-    mutating func start() -> Bool {
-        guard state == .ready else { return false }
-        state = cancelled ? .cancelling : (stopped ? .draining : .running)
-        return true
-    }
-
-    mutating func stopRequested() {
-        stopped = true
-        if state == .running { state = .draining }
-    }
-
-    mutating func cancelRequested() {
-        cancelled = true
-        if state == .running || state == .draining { state = .cancelling }
-    }
-
-    /// Records a node's failure; true if it is the first (the run then cancels everything).
-    mutating func failed(_ error: PipelineError) -> Bool {
-        guard failure == nil else { return false }
-        failure = error
-        state = .cancelling
-        return true
-    }
-
-    /// The drain after a stop ran out of time: the rest is cancelled.
-    mutating func drainTimedOut() {
-        drainRanOut = true
-        if state == .draining { state = .cancelling }
-    }
-
-    /// Every node's task has ended.
-    mutating func finish() -> Pipeline.Outcome {
-        let outcome: Pipeline.Outcome
-        if let failure { outcome = .failed(node: failure.node, code: failure.code) }
-        else if cancelled || drainRanOut { outcome = .cancelled }
-        else if stopped { outcome = .stopped }
-        else { outcome = .completed }
-        state = .finished(outcome)
-        return outcome
+        lifecycle.cancel()
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// A clock like `ContinuousClock` whose sleeps are woken by a dedicated timer thread instead of
 /// the cooperative pool's timer queue. Real-time nodes (sources pacing at 1x, sinks, RTP) get it as
@@ -23,19 +22,16 @@ public struct TimerThreadClock: Clock, Sendable {
     public var sleepers: Int { TimerThread.shared.count }
 }
 
-/// The thread behind ``TimerThreadClock``: keeps sleepers ordered by deadline and resumes each at
-/// its deadline (at real-time priority where the system allows it).
+/// The thread behind ``TimerThreadClock``: resumes each sleeper at its deadline (at real-time priority
+/// where the system allows it). The rules live in ``TimerStateMachine``; this class holds it under the
+/// lock of the condition the thread waits on, and resumes continuations only after releasing it.
 final class TimerThread: @unchecked Sendable {
-    // @unchecked: `sleepers` and `nextID` are only touched under `condition`'s lock.
+    // @unchecked: `machine` is only touched under `condition`'s lock.
     static let shared = TimerThread()
 
-    private struct Sleeper {
-        var deadline: ContinuousClock.Instant
-        var continuation: CheckedContinuation<Void, any Error>
-    }
+    private typealias Machine = TimerStateMachine<ContinuousClock.Instant, CheckedContinuation<Void, any Error>>
     private let condition = NSCondition()
-    private var sleepers: [UInt64: Sleeper] = [:]
-    private var nextID: UInt64 = 0
+    private var machine = Machine()
 
     private init() {
         let t = Thread { [unowned self] in
@@ -47,71 +43,39 @@ final class TimerThread: @unchecked Sendable {
         t.start()
     }
 
-    func sleep(until deadline: ContinuousClock.Instant) async throws {
-        let id = newID()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-                add(id, deadline: deadline, c)
-            }
-        } onCancel: {
-            remove(id)?.resume(throwing: CancellationError())
-        }
-    }
-
-    private func newID() -> UInt64 {
+    private func locked<T>(_ body: (inout Machine) -> T) -> T {
         condition.lock()
         defer { condition.unlock() }
-        nextID += 1
-        return nextID
+        return body(&machine)
     }
 
-    private func add(_ id: UInt64, deadline: ContinuousClock.Instant, _ c: CheckedContinuation<Void, any Error>) {
-        condition.lock()
-        if Task.isCancelled {
-            condition.unlock()
-            c.resume(throwing: CancellationError())
-            return
+    func sleep(until deadline: ContinuousClock.Instant) async throws {
+        let id = locked { $0.makeID() }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                let now = ContinuousClock.now
+                let outcome = locked { $0.add(id, deadline: deadline, c, now: now, cancelled: Task.isCancelled) }
+                switch outcome {
+                case .resumeNow: c.resume()
+                case .cancelledNow: c.resume(throwing: CancellationError())
+                case .parked(let wake): if wake { condition.signal() }
+                }
+            }
+        } onCancel: {
+            locked { $0.cancel(id) }?.resume(throwing: CancellationError())
         }
-        if deadline <= ContinuousClock.now {
-            condition.unlock()
-            c.resume()
-            return
-        }
-        sleepers[id] = Sleeper(deadline: deadline, continuation: c)
-        condition.signal()
-        condition.unlock()
     }
 
     /// Sleepers waiting now.
-    var count: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return sleepers.count
-    }
-
-    private func remove(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {
-        condition.lock()
-        defer { condition.unlock() }
-        return sleepers.removeValue(forKey: id)?.continuation
-    }
+    var count: Int { locked { $0.count } }
 
     private func loop() {
         while true {
             condition.lock()
-            let now = ContinuousClock.now
-            var due: [CheckedContinuation<Void, any Error>] = []
-            var earliest: ContinuousClock.Instant?
-            for (id, s) in sleepers {
-                if s.deadline <= now {
-                    due.append(s.continuation)
-                    sleepers[id] = nil
-                } else if earliest == nil || s.deadline < earliest! {
-                    earliest = s.deadline
-                }
-            }
+            let (due, next) = machine.due(now: ContinuousClock.now)
             if due.isEmpty {
-                if let earliest {
-                    let wait = now.duration(to: earliest)
+                if let next {
+                    let wait = ContinuousClock.now.duration(to: next)
                     let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18
                     _ = condition.wait(until: Date(timeIntervalSinceNow: seconds))
                 } else {

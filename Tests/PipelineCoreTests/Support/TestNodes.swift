@@ -88,6 +88,10 @@ func testRegistry() -> NodeRegistry {
             }
         }))
     r.register(NodeDescriptor(
+        type: "stopper", summary: "asks the pipeline to stop after `after` frames, and keeps taking", family: "sinks",
+        outputs: [], parameters: [ParamSpec("after", .int, default: .int(3), doc: "frames before asking")],
+        make: { c in StopperNode(after: c.int("after", default: 3)) }))
+    r.register(NodeDescriptor(
         type: "mono16k", summary: "accepts 16 kHz mono only", family: "DSP",
         format: FormatRule(output: { _, f in f }, accepts: { _, f in
             f.sampleRate == 16000 && f.channels == 1 ? nil : "needs 16000 Hz mono; add a resample node"
@@ -119,4 +123,17 @@ extension Handoff {
 extension BoundedEdge {
     /// Frames queued plus those held by producers waiting for room.
     var held: Int { depth + waitingProducers }
+}
+
+/// Takes frames; after `after` of them asks the whole pipeline to stop, as a sink whose consumer went away does.
+final class StopperNode: Node {
+    let after: Int
+    init(after: Int) { self.after = after }
+    func run(_ context: NodeContext) async throws {
+        var n = 0
+        for await _ in context.input() {
+            n += 1
+            if n == after { context.requestPipelineStop() }
+        }
+    }
 }

@@ -1,5 +1,4 @@
 import PipelineCore
-import Synchronization
 
 /// A synthesizer with a second engine behind it (`tts` `fallback`): when the first cannot start (its
 /// voice or library is missing), the second speaks instead, and a `tts_fallback` notice says why.
@@ -8,8 +7,8 @@ final class FallbackSynthesizer: ReportingSynthesizer {
     let primaryName: String
     let fallbackName: String
     let makeFallback: @Sendable () -> any SpeechSynthesizer
-    private let active = Mutex<(any SpeechSynthesizer)?>(nil)
-    private let notices = Mutex<[SynthesisNotice]>([])
+    private let active = LockedValue<(any SpeechSynthesizer)?>(nil)
+    private let notices = LockedValue<[SynthesisNotice]>([])
 
     init(primary: any SpeechSynthesizer, primaryName: String, fallbackName: String,
          makeFallback: @escaping @Sendable () -> any SpeechSynthesizer) {

@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// `engine: piper`: a Piper voice (a VITS model in ONNX with its JSON configuration) on the project's
 /// ONNX Runtime, phonemized by the embedded eSpeak NG.
@@ -39,10 +38,10 @@ final class PiperSynthesizer: ReportingSynthesizer {
 
     let settings: Settings
     let worker: BlockingWorker
-    private let loaded = Mutex<Loaded?>(nil)
-    private let notices = Mutex<[SynthesisNotice]>([])
+    private let loaded = LockedValue<Loaded?>(nil)
+    private let notices = LockedValue<[SynthesisNotice]>([])
     /// When the last sentence was done.
-    private let finished = Mutex<ContinuousClock.Instant?>(nil)
+    private let finished = LockedValue<ContinuousClock.Instant?>(nil)
 
     init(settings: Settings, name: String) {
         self.settings = settings

@@ -2,7 +2,6 @@ import COnnxRuntime
 import CoreNodes
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// Where `tts` `engine: piper` finds its voice: `voice` is a model file (`….onnx`, with its
 /// `….onnx.json` beside it) or the name of an installed voice, `NAME.onnx` in
@@ -184,7 +183,7 @@ final class PiperVoice: Sendable {
     let streamProblem: String?
     /// Float audio to 16-bit samples: the calibration sentence's peak at 80 % of full range.
     let gain: Float
-    private let sessions: Mutex<Sessions>
+    private let sessions: LockedValue<Sessions>
 
     /// The ONNX sessions, used only under ``sessions``'s lock.
     private final class Sessions {
@@ -234,11 +233,11 @@ final class PiperVoice: Sendable {
         self.name = ((model as NSString).lastPathComponent as NSString).deletingPathExtension
         self.split = split
         self.streamProblem = streamProblem
-        self.sessions = Mutex(sessions)
+        self.sessions = LockedValue(sessions)
         self.loadMs = Int((ContinuousClock.now - began) / .milliseconds(1))
     }
 
-    private static let voices = Mutex<[String: PiperVoice]>([:])
+    private static let voices = LockedValue<[String: PiperVoice]>([:])
 
     /// The voice whose model is `model`, loaded on first use (with `threads` threads per run) and then
     /// shared; voices stay loaded for the life of the process.

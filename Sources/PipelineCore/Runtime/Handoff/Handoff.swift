@@ -12,7 +12,8 @@ import Darwin
 /// The rules live in ``HandoffStateMachine``; this class only holds it behind a lock and resumes the
 /// continuations the machine hands back, always after releasing the lock. Tasks `send` and `receive`
 /// with `async` functions (cancellation-safe: a cancelled sender keeps its element, a cancelled receiver
-/// gets `nil`); threads that cannot await use ``trySend(_:)`` (never waits) or ``sendBlocking(_:)``.
+/// gets `nil`); threads that cannot await use ``trySend(_:)`` (never waits) or ``sendBlocking(_:)`` to send,
+/// and ``tryReceive()`` or ``receiveBlocking()`` to take.
 public final class Handoff<Element: Sendable>: Sendable {
     enum SenderWaker: Sendable {
         case task(CheckedContinuation<Void, Never>)
@@ -26,7 +27,19 @@ public final class Handoff<Element: Sendable>: Sendable {
         }
     }
 
-    typealias Machine = HandoffStateMachine<Element, SenderWaker, CheckedContinuation<HandoffTaken<Element>?, Never>>
+    enum ReceiverWaker: Sendable {
+        case task(CheckedContinuation<HandoffTaken<Element>?, Never>)
+        case thread(ThreadMailbox<HandoffTaken<Element>?>)
+
+        func resume(returning value: HandoffTaken<Element>?) {
+            switch self {
+            case .task(let c): c.resume(returning: value)
+            case .thread(let m): m.deliver(value)
+            }
+        }
+    }
+
+    typealias Machine = HandoffStateMachine<Element, SenderWaker, ReceiverWaker>
 
     private let state: LockedValue<Machine>
     private let weigh: (@Sendable (Element) -> Int)?
@@ -166,7 +179,7 @@ public final class Handoff<Element: Sendable>: Sendable {
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<HandoffTaken<Element>?, Never>) in
-                let (now, effects) = state.withLock { $0.parkReceiver(id, c, cancelled: Task.isCancelled) }
+                let (now, effects) = state.withLock { $0.parkReceiver(id, .task(c), cancelled: Task.isCancelled) }
                 run(effects)
                 if let now {
                     if let taken = now, let onTake { onTake(taken.element) }
@@ -176,6 +189,30 @@ public final class Handoff<Element: Sendable>: Sendable {
         } onCancel: {
             run(state.withLock { $0.cancelReceiver(id) })
         }
+    }
+
+    /// The next element, from a thread that cannot await (a device thread), blocking it while none is
+    /// queued; `nil` at the end of the stream or once the consumer finished.
+    public func receiveBlocking() -> HandoffTaken<Element>? {
+        let (outcome, effects, id) = state.withLock { m -> (Machine.ReceiveOutcome, Machine.Effects, Machine.ID) in
+            let (o, e) = m.receive()
+            if case .mustWait = o { return (o, e, m.makeID()) }
+            return (o, e, 0)
+        }
+        run(effects)
+        switch outcome {
+        case .element(let taken): onTake?(taken.element); return taken
+        case .finished: return nil
+        case .mustWait: break
+        }
+        let mailbox = ThreadMailbox<HandoffTaken<Element>?>()
+        let (now, parkEffects) = state.withLock { $0.parkReceiver(id, .thread(mailbox), cancelled: false) }
+        run(parkEffects)
+        if let now {
+            if let taken = now, let onTake { onTake(taken.element) }
+            return now
+        }
+        return mailbox.wait()
     }
 
     /// Takes an element if one is queued: `.some(nil)` at the end of the stream, `nil` for "nothing yet".
@@ -194,7 +231,8 @@ public final class Handoff<Element: Sendable>: Sendable {
         run(state.withLock { $0.finishConsumer() })
     }
 
-    /// Discards the queued elements `matching` selects (all by default), counted as dropped.
+    /// Discards the queued and waiting elements `matching` selects (all by default), counted as dropped; a
+    /// sender waiting with a discarded element resumes.
     @discardableResult
     public func flush(where matching: (Element) -> Bool = { _ in true }) -> Int {
         var n = 0
@@ -238,6 +276,47 @@ final class ThreadParker: @unchecked Sendable {
     func unpark() {
         pthread_mutex_lock(mutex)
         released = true
+        pthread_cond_signal(condition)
+        pthread_mutex_unlock(mutex)
+    }
+}
+
+/// Blocks one thread until another hands it a value (the receiver of ``Handoff/receiveBlocking()``).
+final class ThreadMailbox<Value: Sendable>: @unchecked Sendable {
+    // @unchecked: `value` and `delivered` are only touched under `mutex`.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var value: Value?
+    private var delivered = false
+
+    init() {
+        mutex.initialize(to: pthread_mutex_t())
+        condition.initialize(to: pthread_cond_t())
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    /// Waits for the value ``deliver(_:)`` hands over.
+    func wait() -> Value {
+        pthread_mutex_lock(mutex)
+        while !delivered { pthread_cond_wait(condition, mutex) }
+        let v = value!
+        value = nil
+        pthread_mutex_unlock(mutex)
+        return v
+    }
+
+    func deliver(_ v: Value) {
+        pthread_mutex_lock(mutex)
+        value = v
+        delivered = true
         pthread_cond_signal(condition)
         pthread_mutex_unlock(mutex)
     }

@@ -330,8 +330,9 @@ public struct HandoffStateMachine<Element, Sender, Receiver> {
         return effects
     }
 
-    /// Discards the queued (and waiting) elements `matching` selects, as an interruption does; counted as
-    /// dropped. Waiting senders take the room freed. Returns how many were discarded.
+    /// Discards the queued and waiting elements `matching` selects, as an interruption does; counted as
+    /// dropped. A waiting sender whose element is discarded resumes at once, room or not; the others take
+    /// the room freed, oldest first. Returns how many were discarded.
     public mutating func flush(where matching: (Element) -> Bool) -> (Int, Effects) {
         flush(removing: flushCandidates.map(matching))
     }
@@ -345,20 +346,29 @@ public struct HandoffStateMachine<Element, Sender, Receiver> {
         var kept: [Item] = []
         var removed = 0
         var index = 0
+        func discards() -> Bool {
+            defer { index += 1 }
+            return index < remove.count && remove[index]
+        }
         while depth > 0 {
             let item = popFirst()
-            if index < remove.count && remove[index] { countDrop(item); removed += 1 } else { kept.append(item) }
-            index += 1
+            if discards() { countDrop(item); removed += 1 } else { kept.append(item) }
         }
         for item in kept { push(item) }
-        var decisions = Array(remove.dropFirst(index))
-        while hasRoom, !parked.isEmpty {
-            let p = parked.removeFirst()
-            let drop = decisions.isEmpty ? false : decisions.removeFirst()
-            sent += 1
-            if drop { countDrop(p.item); removed += 1 } else { push(p.item) }
-            effects.senders.append(p.sender)
+        // Every waiting sender is decided on, not only those the freed room admits: one left waiting with a
+        // discarded element would deliver it later.
+        var waiting: [ParkedSender] = []
+        for p in parked {
+            if discards() {
+                sent += 1
+                countDrop(p.item); removed += 1
+                effects.senders.append(p.sender)
+            } else {
+                waiting.append(p)
+            }
         }
+        parked = waiting
+        admitParked(into: &effects)
         return (removed, effects)
     }
 
