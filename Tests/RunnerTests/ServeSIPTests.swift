@@ -1,0 +1,235 @@
+import Foundation
+import Testing
+
+/// `voicepipe serve`'s `sip` route against real SIP peers from Debian: SIPp (sip-tester) scenarios in
+/// Tests/Fixtures/sip, and baresip driven headless (its `aufile` source plays a recording, its `sndfile`
+/// filter records what it hears). The route's graph echoes the caller, so what the peer hears back is
+/// compared with what it sent.
+@Suite("serve: SIP route", .serialized, .timeLimit(.minutes(3)))
+struct ServeSIPTests {
+    static let scenarios = packageRoot.appendingPathComponent("Tests/Fixtures/sip")
+
+    /// Serve with a `sip` route (`phone`) whose graph sends the caller's audio straight back (a digit or
+    /// any other event of `mic` interrupts it) and writes `mic`'s events to `events.jsonl` in `dir`.
+    static func start(maxSessions: Int = 10, options: String = "", in dir: URL) throws -> (Running, Int, Int, URL) {
+        let events = dir.appendingPathComponent("events.jsonl")
+        let graph = dir.appendingPathComponent("echo.yaml")
+        try """
+            version: 1
+            nodes:
+              mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
+              speaker: { type: app-sink, capacity: 500 }
+              log:     { type: jsonl-sink, path: \(events.path) }
+            links:
+              - mic -> speaker
+              - mic.events -> log
+            """.write(to: graph, atomically: true, encoding: .utf8)
+        let sipPort = ServeTests.freePort()
+        let route = ["  - name: phone", "    protocol: sip", "    port: \(sipPort)", "    graph: \(graph.path)"]
+            + options.split(separator: "\n").map { "    " + $0 }
+        let (server, port) = try ServeTests.start(maxSessions: maxSessions, extra: route.joined(separator: "\n"), in: dir)
+        return (server, port, sipPort, events)
+    }
+
+    /// Runs a SIPp scenario: `calls` calls, `limit` at once, from free ports. SIPp exits 0 when every call succeeded.
+    static func sipp(_ port: Int, _ scenario: String, calls: Int = 1, limit: Int = 1, rate: Int = 10, tcp: Bool = false, dir: URL) throws -> Finished {
+        let args = ["127.0.0.1:\(port)", "-sf", scenarios.appendingPathComponent(scenario).path, "-m", "\(calls)", "-l", "\(limit)", "-r", "\(rate)",
+                    "-i", "127.0.0.1", "-p", "\(ServeTests.freePort())", "-mp", "\(ServeTests.freePort() & ~1)", "-nostdin",
+                    "-timeout", "60", "-timeout_error", "-trace_err", "-error_file", dir.appendingPathComponent("sipp-\(scenario).err").path]
+            + (tcp ? ["-t", "t1"] : [])
+        return try ServeTests.voicepipeLike("/usr/bin/sipp", args, timeout: 90)
+    }
+
+    static func sippLog(_ dir: URL, _ scenario: String) -> String {
+        (try? String(contentsOf: dir.appendingPathComponent("sipp-\(scenario).err"), encoding: .utf8)) ?? ""
+    }
+
+    static func events(_ file: URL) -> [[String: Any]] {
+        ((try? String(contentsOf: file, encoding: .utf8)) ?? "").split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        }
+    }
+
+    static func metric(_ port: Int, _ line: String) throws -> Bool { try ServeAudioSocketTests.metric(port, line) }
+
+    /// The value of a metric line that starts with `prefix` (0 when absent).
+    static func value(_ port: Int, _ prefix: String) throws -> Double {
+        let body = try ServeTests.http(port, "/metrics").body
+        return body.split(separator: "\n").first { $0.hasPrefix(prefix + " ") }.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+    }
+
+    @Test("A call from SIPp over UDP and over TCP: 100/180/200, ACK, A-law RTP, the caller's BYE; call_start and call_end on mic's events")
+    func callWithByeFromCaller() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, events) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try Self.sipp(sipPort, "call_bye.xml", dir: dir)
+        #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, "call_bye.xml"))")
+        let e = Self.events(events)
+        #expect(e.first?["event"] as? String == "call_start" && e.first?["codec"] as? String == "pcma" && (e.first?["from"] as? String)?.hasPrefix("sip:sipp@") == true, "\(e)")
+        #expect(e.last?["event"] as? String == "call_end" && e.last?["reason"] as? String == "hangup", "\(e)")
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 1"))
+        // SIPp played its A-law recording: voicepipe received it (and ignored nothing).
+        #expect(try Self.value(port, "voicepipe_audio_bytes_total{route=\"phone\"}") > 8000)
+        #expect(try !ServeTests.http(port, "/metrics").body.contains("rtp_"))
+        let t = try Self.sipp(sipPort, "call_bye.xml", tcp: true, dir: dir)
+        #expect(t.status == 0, "\(t.stdout.suffix(600)) \(Self.sippLog(dir, "call_bye.xml"))")
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 2"))
+        #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
+    }
+
+    @Test("No RTP for rtp_timeout_s: voicepipe ends the call with its own BYE, which SIPp answers")
+    func byeFromVoicepipe() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, events) = try Self.start(options: "rtp_timeout_s: 2", in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try Self.sipp(sipPort, "call_server_bye.xml", dir: dir)
+        #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, "call_server_bye.xml"))")
+        #expect(r.seconds > 1.9, "the BYE came after \(r.seconds) s")
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"rtp_timeout\"} 1"))
+        #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"rtp_timeout\"} 1"))
+        #expect(Self.events(events).last?["reason"] as? String == "rtp_timeout")
+    }
+
+    @Test("CANCEL while the call rings: 200 for the CANCEL, 487 for the INVITE; the call is counted as cancelled")
+    func cancel() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try Self.start(options: "ring_ms: 3000", in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try Self.sipp(sipPort, "cancel.xml", dir: dir)
+        #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, "cancel.xml"))")
+        #expect(r.seconds < 3, "CANCEL answered after \(r.seconds) s")
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"cancelled\"} 1"))
+        #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
+    }
+
+    @Test("Digits: RFC 4733 events (SIPp's recordings of 1 and 2) and SIP INFO (5) are dtmf events with their durations, in order")
+    func digits() throws {
+        let dir = tempDir()
+        let (server, _, sipPort, events) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try Self.sipp(sipPort, "dtmf.xml", dir: dir)
+        #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, "dtmf.xml"))")
+        let digits = Self.events(events).filter { $0["event"] as? String == "dtmf" }
+        #expect(digits.map { $0["digit"] as? String ?? "?" } == ["1", "2", "5"], "\(digits)")
+        #expect(digits.map { $0["duration_ms"] as? Int ?? -1 } == [280, 280, 160], "\(digits)")
+    }
+
+    @Test("Malformed SIP gets 400 (with a Warning), an unusable offer 400, no common codec 488; an oversized datagram is dropped; the server stays up")
+    func malformed() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        // 60 kB of a request in one datagram, and binary noise.
+        _ = try ServeTests.voicepipeLike("/usr/bin/python3", ["-c", """
+            import socket, os
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.sendto(b"INVITE sip:a@b SIP/2.0\\r\\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKx\\r\\nX: " + b"A" * 60000 + b"\\r\\n\\r\\n", ("127.0.0.1", \(sipPort)))
+            s.sendto(os.urandom(700), ("127.0.0.1", \(sipPort)))
+            """])
+        let r = try Self.sipp(sipPort, "malformed.xml", dir: dir)
+        #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, "malformed.xml"))")
+        let n = try Self.sipp(sipPort, "no_codec.xml", dir: dir)
+        #expect(n.status == 0, "\(n.stdout.suffix(600)) \(Self.sippLog(dir, "no_codec.xml"))")
+        #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"bad_sip\"} 5"))
+        #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"bad_sdp\"} 1"))
+        #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"no_common_codec\"} 1"))
+        // None of them became a session.
+        #expect(try Self.value(port, "voicepipe_sessions_active{route=\"phone\"}") == 0)
+        #expect(try !ServeTests.http(port, "/metrics").body.contains("voicepipe_sessions_total{route=\"phone\""))
+    }
+
+    @Test("20 concurrent calls from SIPp all complete, all 20 active at once")
+    func concurrentCalls() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try Self.start(maxSessions: 25, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let args = ["127.0.0.1:\(sipPort)", "-sf", Self.scenarios.appendingPathComponent("call_bye.xml").path, "-m", "20", "-l", "20", "-r", "40",
+                    "-i", "127.0.0.1", "-p", "\(ServeTests.freePort())", "-mp", "\(ServeTests.freePort() & ~1)", "-nostdin", "-timeout", "60", "-timeout_error"]
+        let sipp = try Running("/usr/bin/sipp", args)
+        var peak = 0.0
+        for _ in 0..<100 where peak < 20 {
+            peak = max(peak, try Self.value(port, "voicepipe_sessions_active{route=\"phone\"}"))
+        }
+        let r = sipp.wait(timeout: 90)
+        #expect(r.status == 0, "\(r.stdout.suffix(800))")
+        #expect(peak == 20)
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 20"))
+    }
+
+    @Test("Calls beyond max_sessions get 486 Busy Here and are counted as refused")
+    func busy() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try Self.start(maxSessions: 2, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try Self.sipp(sipPort, "call_bye.xml", calls: 4, limit: 4, rate: 40, dir: dir)
+        #expect(r.status != 0)
+        #expect(Self.sippLog(dir, "call_bye.xml").contains("486 Busy Here"))
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"refused\"} 2"))
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 2"))
+    }
+
+    /// baresip calls the route with one codec, playing `tones` (silence, 440 Hz, silence, 1 kHz, silence)
+    /// and hanging up at its end; returns echo_check.py's comparison of what it sent and what it recorded.
+    static func baresip(sipPort: Int, codec: String, dir: URL) throws -> [String: Any] {
+        let (rtpmap, rate, channels) = [
+            "pcmu": ("PCMU/8000/1", 8000, 1), "pcma": ("PCMA/8000/1", 8000, 1), "g722": ("G722/16000/1", 16000, 1), "opus": ("opus/48000/2", 48000, 2),
+        ][codec]!
+        let conf = dir.appendingPathComponent("baresip-\(codec)")
+        let rec = conf.appendingPathComponent("rec")
+        try FileManager.default.createDirectory(at: rec, withIntermediateDirectories: true)
+        let tones = conf.appendingPathComponent("tones.wav").path
+        let sox = "/usr/bin/sox"
+        var parts: [String] = []
+        for (i, seg) in ["trim 0 0.4", "synth 0.8 sine 440 vol 0.5", "trim 0 0.6", "synth 0.8 sine 1000 vol 0.5", "trim 0 0.6"].enumerated() {
+            let p = conf.appendingPathComponent("part\(i).wav").path
+            _ = try ServeTests.voicepipeLike(sox, ["-n", "-r", "\(rate)", "-c", "\(channels)", "-b", "16", p] + seg.split(separator: " ").map(String.init))
+            parts.append(p)
+        }
+        _ = try ServeTests.voicepipeLike(sox, parts + [tones])
+        // alsa's "null" device plays what baresip hears: no sound card needed.
+        try """
+            poll_method poll
+            sip_listen 127.0.0.1:\(ServeTests.freePort())
+            audio_player alsa,null
+            audio_alert alsa,null
+            audio_source aufile,\(tones)
+            module_path /usr/lib/baresip/modules
+            module g711.so
+            module g722.so
+            module opus.so
+            module aufile.so
+            module alsa.so
+            module sndfile.so
+            module_app account.so
+            module_app menu.so
+            snd_path \(rec.path)
+            rtp_timeout 0
+            """.write(to: conf.appendingPathComponent("config"), atomically: true, encoding: .utf8)
+        try "<sip:baresip@127.0.0.1>;regint=0;audio_codecs=\(rtpmap)\n".write(to: conf.appendingPathComponent("accounts"), atomically: true, encoding: .utf8)
+        let b = try ServeTests.voicepipeLike("/usr/bin/baresip", ["-f", conf.path, "-e", "/dial sip:echo@127.0.0.1:\(sipPort)", "-t", "8"], timeout: 30)
+        let heard = try FileManager.default.contentsOfDirectory(atPath: rec.path).first { $0.hasSuffix("-dec.wav") }
+        guard let heard else { throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "baresip recorded nothing: \(b.stdout.suffix(1500))"]) }
+        let check = try ServeTests.voicepipeLike("/usr/bin/python3", [scenarios.appendingPathComponent("echo_check.py").path, tones, rec.appendingPathComponent(heard).path])
+        return (try JSONSerialization.jsonObject(with: Data(check.stdout.utf8))) as? [String: Any] ?? ["output": check.stdout + check.stderr]
+    }
+
+    @Test("baresip calls an echoing route and hears its own tones back, at the right times and frequencies", arguments: ["pcmu", "pcma", "g722", "opus"])
+    func baresipEcho(codec: String) throws {
+        let dir = tempDir()
+        let (server, port, sipPort, events) = try Self.start(options: "codecs: [\(codec)]", in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let result = try Self.baresip(sipPort: sipPort, codec: codec, dir: dir)
+        let correlation = result["correlation"] as? Double ?? -1
+        let delay = result["delay_ms"] as? Int ?? -1
+        let tones = result["tones"] as? [[String: Any]] ?? []
+        #expect(correlation > 0.9, "\(result)")
+        #expect(delay >= 0 && delay < 300, "\(result)")
+        #expect(tones.count == 2 && tones.map { $0["hz"] as? Int ?? 0 } == [440, 1000], "\(result)")
+        #expect(tones.allSatisfy { ($0["share"] as? Double ?? 0) > 0.8 && ($0["rms"] as? Double ?? 0) > 5000 }, "\(result)")
+        #expect((result["gap_db"] as? Double ?? 0) < -30, "\(result)")
+        #expect(Self.events(events).first?["codec"] as? String == codec)
+        // baresip hangs up at the end of its file.
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 1"))
+    }
+}
