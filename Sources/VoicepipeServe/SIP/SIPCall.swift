@@ -43,28 +43,10 @@ final class SIPCall: TelephoneCall {
         case graphEnded
     }
 
-    /// Media state shared by the RTP socket's handler, the playout task and the sending task.
-    struct Media {
-        var inbound: RTPInbound
-        var jitter: JitterBuffer
-        var detector = TelephoneEventDetector()
-        var digits: [TelephoneEventDetector.Digit] = []
-        /// Where RTP goes: the caller's latched source, else its SDP address.
-        var remote: SocketAddress?
-        var latched = false
-        var lastRTP = ContinuousClock.now
-        /// The caller sends (its direction), and voicepipe may send (the answer's direction).
-        var callerSends = true
-        var weSend = true
-        /// The answer audio at the codec's rate, waiting to be sent.
-        var queue: [Int16] = []
-        var extended: (last: UInt32, value: Int64)?
-        var ended = false
-    }
-    private let media: Mutex<Media?> = Mutex(nil)
+    /// The call's media, once negotiated.
+    private let media = Mutex<CallMedia?>(nil)
     /// The 2xx (to the INVITE or a re-INVITE) repeated until its ACK, with its CSeq.
     private let pending = Mutex<(response: SIPMessage, cseq: UInt32, timer: SIPRetransmission, sentAt: ContinuousClock.Instant)?>(nil)
-    private let clock = ContinuousClock()
 
     init(endpoint: SIPEndpoint, invite: SIPMessage, peer: SIPPeer) {
         self.endpoint = endpoint
@@ -150,13 +132,23 @@ final class SIPCall: TelephoneCall {
         // The graph, the codec and the RTP socket.
         let pipeline: Pipeline
         let source: AppSourceNode
-        let rtp: any Channel
+        let callMedia: CallMedia
+        let rtpPort: Int
         do {
             pipeline = try Pipeline(graph: route.graph, logger: Logger(label: "voicepipe.serve.\(route.name)"))
             guard let s = pipeline.appSource(route.sourceID) else { throw PipelineError(node: route.sourceID, code: "no_source", message: "no app-source") }
             source = s
-            _ = try CallCodec(negotiation.codec, ptime: negotiation.ptime, graphRate: route.format.sampleRate)
-            rtp = try await RTPSocket.bind(host: server.configuration.listen.host, group: endpoint.group, call: self)
+            let (metrics, name) = (server.metrics, route.name)
+            callMedia = try CallMedia(negotiation: negotiation, graphFormat: route.format, jitterMs: options.jitterMinMs...max(options.jitterMinMs, options.jitterMaxMs),
+                                      answerBufferMs: route.answer?.bufferMs ?? 20_000) { report in
+                switch report {
+                case .received(let bytes): metrics.audio(route: name, bytes: bytes)
+                case .ignored(let code): metrics.error(route: name, code: code)
+                case .sent(let seconds): metrics.answerSent(route: name, seconds: seconds)
+                case .dropped(let seconds): metrics.answerDropped(route: name, messages: 1, seconds: seconds)
+                }
+            }
+            rtpPort = try await callMedia.bind(host: server.configuration.listen.host, group: endpoint.group)
         } catch {
             server.metrics.error(route: route.name, code: "graph_failed")
             logger.warning("route '\(route.name)': call \(callID): cannot start: \(error)")
@@ -164,27 +156,11 @@ final class SIPCall: TelephoneCall {
             await awaitACK(&iterator, final: last, cseq: inviteCSeq)
             return
         }
-        defer { rtp.close(promise: nil) }
-        let jitter: JitterBuffer
-        do {
-            jitter = JitterBuffer(configuration: try .init(minMs: max(options.jitterMinMs, negotiation.ptime), maxMs: max(options.jitterMaxMs, negotiation.ptime * 2),
-                                                         frameMs: negotiation.ptime))
-        } catch {
-            final(500, warning: "\(error)")
-            return
-        }
-        negotiatedClock.withLock { $0 = negotiation.codec.rtpmap.clock }
+        defer { callMedia.close() }
+        media.withLock { $0 = callMedia }
         let localAddress = endpoint.localAddress(toward: peer)
         let sessionID = String(UInt32.random(in: 1...UInt32.max))
         var sdpVersion: UInt64 = 1
-        let rtpPort = rtp.localAddress?.port ?? 0
-        media.withLock {
-            $0 = Media(inbound: RTPInbound(payloadType: negotiation.payloadType, telephoneEvent: negotiation.telephoneEvent, comfortNoise: negotiation.comfortNoise),
-                       jitter: jitter)
-            $0?.remote = try? SocketAddress.makeAddressResolvingHost(negotiation.remoteAddress, port: negotiation.remotePort)
-            $0?.callerSends = negotiation.remoteDirection.sends
-            $0?.weSend = negotiation.remoteDirection.receives
-        }
         var ringing = invite.response(180, toTag: toTag)
         ringing.add("Contact", contact)
         peer.send(ringing)
@@ -256,15 +232,10 @@ final class SIPCall: TelephoneCall {
         let forwarding = Task { [self] in
             for await e in events {
                 bus.forward(e)
-                if answerRoute?.interrupts(e) == true { media.withLock { $0?.queue.removeAll() } }
+                if answerRoute?.interrupts(e) == true { callMedia.interrupt() }
             }
         }
-        let codec = negotiation.codec, ptime = negotiation.ptime, graphFormat = route.format, payloadType = negotiation.payloadType
-        let answering = route.answer.flatMap { pipeline.appSink($0.sinkID) }.map { sink in
-            Task { [self] in await answer(sink, codecRate: Self.codecRate(codec, graphRate: graphFormat.sampleRate)) }
-        }
-        let sending = Task { [self] in await send(codec: codec, payloadType: payloadType, ptime: ptime) }
-        let playing = Task { [self] in await play(codec: codec, ptime: ptime, into: source) }
+        let mediaTasks = callMedia.start(source: source, sink: route.answer.flatMap { pipeline.appSink($0.sinkID) })
         let watching = Task { [self] in await watch() }
         let graph = Task { [inbox] in
             defer { inbox.yield(.graphEnded) }
@@ -316,20 +287,7 @@ final class SIPCall: TelephoneCall {
                     negotiation.remotePort = renegotiated.remotePort
                     negotiation.remoteDirection = renegotiated.remoteDirection
                     negotiation.telephoneEvent = renegotiated.telephoneEvent ?? negotiation.telephoneEvent
-                    let n = negotiation
-                    media.withLock { md in
-                        guard md != nil else { return }
-                        let newRemote = try? SocketAddress.makeAddressResolvingHost(n.remoteAddress, port: n.remotePort)
-                        if n.remoteAddress != "0.0.0.0", let newRemote, newRemote != md?.remote {
-                            md?.remote = newRemote
-                            md?.latched = false
-                            md?.inbound.relatch()
-                        }
-                        md?.callerSends = n.remoteDirection.sends
-                        md?.weSend = n.remoteDirection.receives
-                        md?.lastRTP = .now
-                        if !n.remoteDirection.receives { md?.queue.removeAll() }
-                    }
+                    callMedia.update(negotiation)
                     sdpVersion += 1
                     var r = m.response(200, toTag: toTag)
                     r.add("Contact", contact)
@@ -337,13 +295,13 @@ final class SIPCall: TelephoneCall {
                     r.body = Array(negotiation.answer(address: localAddress, port: rtpPort, sessionID: sessionID, version: sdpVersion).text().utf8)
                     from.send(r)
                     startRetransmitting(r, cseq: m.cseq?.number ?? 0)
-                    logger.info("route '\(route.name)': call \(callID): re-INVITE, caller \(n.remoteDirection.rawValue)")
+                    logger.info("route '\(route.name)': call \(callID): re-INVITE, caller \(negotiation.remoteDirection.rawValue)")
                 case "UPDATE":
                     respond(m, 200, to: from)
                 case "INFO":
                     let type = m["Content-Type"] ?? ""
                     if let digit = TelephoneEventDetector.info(contentType: type, body: String(decoding: m.body, as: UTF8.self)) {
-                        media.withLock { $0?.digits.append(digit) }
+                        callMedia.digit(digit)
                         respond(m, 200, to: from)
                     } else if m.body.isEmpty {
                         respond(m, 200, to: from)
@@ -391,22 +349,19 @@ final class SIPCall: TelephoneCall {
         if stopAtOnce && reason != "graph_ended" { pipeline.stop() }
         let failure = await graph.value
         _ = await forwarding.value
-        await answering?.value
         if !stopAtOnce && weHangUp {
             // The answer still queued is played out (bounded by the stall limit).
             let until = ContinuousClock.now + ServeSession.stallLimit
-            while media.withLock({ !($0?.queue.isEmpty ?? true) }) && ContinuousClock.now < until {
+            while !callMedia.queueIsEmpty && ContinuousClock.now < until {
                 try? await Task.sleep(for: .milliseconds(20))
             }
         }
-        media.withLock { $0?.ended = true }
-        for t in [sending, playing, watching] { t.cancel() }
-        _ = await sending.value
-        _ = await playing.value
-        _ = await watching.value
+        callMedia.end()
+        for t in mediaTasks + [watching] { t.cancel() }
+        for t in mediaTasks + [watching] { _ = await t.value }
         if failure != nil && outcome == "completed" { outcome = "error" }
         if weHangUp { await hangUp(&iterator) }
-        let counters = media.withLock { $0?.inbound.counters } ?? RTPInbound.Counters()
+        let counters = callMedia.counters
         if counters.wrongAddress + counters.wrongSSRC + counters.malformed + counters.unknownPayload > 0 {
             logger.info("route '\(route.name)': call \(callID): RTP ignored: \(counters.wrongAddress) from another address, \(counters.wrongSSRC) with another SSRC, \(counters.unknownPayload) of unknown payload type, \(counters.malformed) malformed")
         }
@@ -516,151 +471,6 @@ final class SIPCall: TelephoneCall {
         }
     }
 
-    static func codecRate(_ codec: TelephoneCodec, graphRate: Int) -> Int {
-        switch codec {
-        case .pcmu, .pcma: 8000
-        case .g722: 16000
-        case .opus: graphRate > 16000 ? 48000 : 16000
-        }
-    }
-
-    // MARK: media
-
-    /// An RTP datagram on the call's port.
-    func rtpReceived(_ bytes: [UInt8], from address: SocketAddress) {
-        let text = "\(address.ipAddress ?? "?"):\(address.port ?? 0)"
-        let verdict: RTPInbound.Verdict? = media.withLock { md in
-            guard md != nil, md?.ended == false else { return nil }
-            let v = md!.inbound.classify(bytes, from: text)
-            switch v {
-            case .audio(let p):
-                md!.lastRTP = .now
-                if !md!.latched { md!.remote = address; md!.latched = true }
-                let ts: Int64
-                if let e = md!.extended {
-                    ts = e.value + Int64(Int32(bitPattern: p.timestamp &- e.last))
-                } else {
-                    ts = 0
-                }
-                md!.extended = (p.timestamp, ts)
-                let frame = Frame(payload: .encoded(EncodedBuffer(codec: "rtp", payload: p.payload, durationNanos: md!.jitter.configuration.frameNanos)),
-                                  pts: ts * 1_000_000_000 / Int64(rtpClock))
-                _ = md!.jitter.insert(frame, arrival: Int64((ContinuousClock.now - opened) / .nanoseconds(1)))
-            case .telephoneEvent(let p):
-                md!.lastRTP = .now
-                if !md!.latched { md!.remote = address; md!.latched = true }
-                md!.digits += md!.detector.packet(timestamp: p.timestamp, payload: p.payload)
-            case .comfortNoise:
-                md!.lastRTP = .now
-            default: break
-            }
-            return v
-        }
-        switch verdict {
-        case .wrongAddress: server.metrics.error(route: route.name, code: "rtp_wrong_address")
-        case .wrongSSRC: server.metrics.error(route: route.name, code: "rtp_wrong_ssrc")
-        case .malformed: server.metrics.error(route: route.name, code: "rtp_malformed")
-        case .unknownPayloadType: server.metrics.error(route: route.name, code: "rtp_unknown_payload")
-        case .audio(let p): server.metrics.audio(route: route.name, bytes: p.payload.count)
-        default: break
-        }
-    }
-
-    /// The RTP clock of the call's codec (Opus 48000, the others 8000); set once negotiated.
-    private let negotiatedClock = Mutex(8000)
-    private var rtpClock: Int { negotiatedClock.withLock { $0 } }
-
-    /// Plays the jitter buffer out at the frame rate: decoded, converted to the graph's rate, pushed with the digits.
-    private func play(codec: TelephoneCodec, ptime: Int, into source: AppSourceNode) async {
-        guard let decoder = try? CallCodec(codec, ptime: ptime, graphRate: route.format.sampleRate) else { return }
-        let from = AudioFormat(sampleRate: decoder.rate, channels: 1)
-        let converter = from == route.format ? nil : try? AudioConverter(from: from, to: route.format)
-        while !Task.isCancelled {
-            let (due, digits): (Int64?, [TelephoneEventDetector.Digit]) = media.withLock { md in
-                let d = md?.digits ?? []
-                md?.digits.removeAll()
-                return (md?.jitter.nextTickTime, d)
-            }
-            for d in digits {
-                await source.push(event: Event(.dtmf, fields: [("digit", .string(d.digit)), ("duration_ms", .int(Int64(d.durationMs)))]))
-            }
-            guard let due else {
-                try? await Task.sleep(for: .milliseconds(10))
-                continue
-            }
-            let at = opened + .nanoseconds(due)
-            if at > .now {
-                try? await Task.sleep(until: min(at, .now + .milliseconds(20)), clock: clock)
-                if at > .now { continue }
-            }
-            let action = media.withLock { $0?.jitter.tick() }
-            var samples: [Int16]
-            switch action {
-            case .play(let frame, _):
-                samples = (try? decoder.decode(frame.encoded?.payload ?? [])) ?? decoder.conceal()
-            case .conceal:
-                samples = decoder.conceal()
-            case nil: return
-            }
-            if let converter { samples = converter.convert(samples) }
-            if !samples.isEmpty { await source.push(samples) }
-        }
-    }
-
-    /// The graph's answer audio, converted to the codec's rate and queued (oldest dropped beyond `answer_buffer_ms`).
-    private func answer(_ sink: AppSinkNode, codecRate: Int) async {
-        var converter: AudioConverter?
-        let target = AudioFormat(sampleRate: codecRate, channels: 1)
-        for await frame in sink.frames {
-            guard let audio = frame.audio else { continue }
-            if converter?.input != audio.format { converter = try? AudioConverter(from: audio.format, to: target) }
-            let samples = audio.format == target ? audio.samples : (converter?.convert(audio.samples) ?? [])
-            let limit = codecRate * (route.answer?.bufferMs ?? 20_000) / 1000
-            let dropped = media.withLock { md -> Int in
-                guard md != nil else { return 0 }
-                md!.queue += samples
-                let over = max(0, md!.queue.count - limit)
-                if over > 0 { md!.queue.removeFirst(over) }
-                return over
-            }
-            if dropped > 0 { server.metrics.answerDropped(route: route.name, messages: 1, seconds: Double(dropped) / Double(codecRate)) }
-        }
-    }
-
-    /// Sends one RTP packet every `ptime`: the queued answer, or silence.
-    private func send(codec: TelephoneCodec, payloadType: UInt8, ptime: Int) async {
-        guard let encoder = try? CallCodec(codec, ptime: ptime, graphRate: route.format.sampleRate) else { return }
-        let ssrc = UInt32.random(in: 1...UInt32.max)
-        var seq = UInt16.random(in: 0...UInt16.max)
-        var timestamp = UInt32.random(in: 0...UInt32.max)
-        var first = true
-        var next = clock.now
-        while !Task.isCancelled {
-            next += .milliseconds(ptime)
-            try? await Task.sleep(until: next, clock: clock)
-            if clock.now - next > .milliseconds(200) { next = clock.now }
-            let (chunk, remote, allowed, hadAudio): ([Int16], SocketAddress?, Bool, Bool) = media.withLock { md in
-                guard md != nil else { return ([], nil, false, false) }
-                let n = min(md!.queue.count, encoder.frameSamples)
-                var c = Array(md!.queue.prefix(n))
-                md!.queue.removeFirst(n)
-                let had = n > 0
-                if c.count < encoder.frameSamples { c += [Int16](repeating: 0, count: encoder.frameSamples - c.count) }
-                return (c, md!.remote, md!.weSend && !md!.ended, had)
-            }
-            guard allowed, let remote, let channel = rtpChannel.withLock({ $0 }) else { continue }
-            guard let payload = try? encoder.encode(chunk) else { continue }
-            let packet = RTPPacket(marker: first, payloadType: payloadType, sequenceNumber: seq, timestamp: timestamp, ssrc: ssrc, payload: payload)
-            first = false
-            seq &+= 1
-            timestamp &+= encoder.timestampStep
-            channel.writeAndFlush(AddressedEnvelope(remoteAddress: remote, data: channel.allocator.buffer(bytes: packet.serialized())), promise: nil)
-            if hadAudio { server.metrics.answerSent(route: route.name, seconds: Double(ptime) / 1000) }
-        }
-    }
-
-    let rtpChannel = Mutex<(any Channel)?>(nil)
-
     /// `.rtpTimeout` when the caller (who said it sends) sent nothing for `rtp_timeout_s`; `.maxDuration` at `max_duration_s`.
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
@@ -669,38 +479,18 @@ final class SIPCall: TelephoneCall {
             if Task.isCancelled { return }
             if ContinuousClock.now >= limit { inbox.yield(.maxDuration); return }
             guard options.rtpTimeoutS > 0 else { continue }
-            let silent = media.withLock { md -> Bool in
-                guard let md, md.callerSends else { return false }
-                return ContinuousClock.now - md.lastRTP > .seconds(options.rtpTimeoutS)
-            }
-            if silent { inbox.yield(.rtpTimeout); return }
+            if media.withLock({ $0 })?.silent(for: .seconds(options.rtpTimeoutS)) == true { inbox.yield(.rtpTimeout); return }
         }
     }
 }
 
-/// A call's RTP socket (UDP, a port of the kernel's choosing).
-enum RTPSocket {
-    static func bind(host: String, group: any EventLoopGroup, call: SIPCall) async throws -> any Channel {
-        let channel = try await DatagramBootstrap(group: group)
-            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 2048))
-            .channelInitializer { ch in ch.eventLoop.makeCompletedFuture { try ch.pipeline.syncOperations.addHandler(RTPHandler(call: call)) } }
-            .bind(host: host, port: 0).get()
-        call.rtpChannel.withLock { $0 = channel }
-        return channel
+extension SIPCall {
+    /// The audio rate a codec is coded at on a call (Opus follows the graph: 48 kHz above 16 kHz).
+    static func codecRate(_ codec: TelephoneCodec, graphRate: Int) -> Int {
+        switch codec {
+        case .pcmu, .pcma: 8000
+        case .g722: 16000
+        case .opus: graphRate > 16000 ? 48000 : 16000
+        }
     }
-}
-
-private final class RTPHandler: ChannelInboundHandler {
-    typealias InboundIn = AddressedEnvelope<ByteBuffer>
-    let call: SIPCall
-
-    init(call: SIPCall) { self.call = call }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        var envelope = unwrapInboundIn(data)
-        let bytes = envelope.data.readBytes(length: envelope.data.readableBytes) ?? []
-        call.rtpReceived(bytes, from: envelope.remoteAddress)
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {}
 }
