@@ -260,7 +260,7 @@ package struct ServeConfiguration: Sendable {
         return nats
     }
 
-    private static func parseRoute(_ n: YAMLNode, baseDir: String, registry: NodeRegistry, environment: [String: String],
+    static func parseRoute(_ n: YAMLNode, baseDir: String, registry: NodeRegistry, environment: [String: String],
                                    problem: (YAMLNode, String) -> Void, int: (YAMLNode, String, ClosedRange<Int>) -> Int?,
                                    graphIssues issues: inout [GraphIssue]) -> Route? {
         guard let m = n.mapping else { problem(n, "a route is a mapping with name, protocol, path or port, and graph"); return nil }

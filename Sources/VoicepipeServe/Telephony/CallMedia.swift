@@ -65,12 +65,12 @@ final class CallMedia: Sendable {
         state = Mutex(s)
     }
 
-    /// Binds the call's RTP socket (UDP, a port of the kernel's choosing) on `host`; returns the port.
-    func bind(host: String, group: any EventLoopGroup) async throws -> Int {
+    /// Binds the call's RTP socket (UDP; port 0: one of the kernel's choosing) on `host`; returns the port.
+    func bind(host: String, group: any EventLoopGroup, port: Int = 0) async throws -> Int {
         let ch = try await DatagramBootstrap(group: group)
             .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 2048))
             .channelInitializer { [self] ch in ch.eventLoop.makeCompletedFuture { try ch.pipeline.syncOperations.addHandler(RTPHandler(media: self)) } }
-            .bind(host: host, port: 0).get()
+            .bind(host: host, port: port).get()
         channel.withLock { $0 = ch }
         return ch.localAddress?.port ?? 0
     }

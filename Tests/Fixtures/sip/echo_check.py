@@ -33,8 +33,9 @@ sent_rate, sent = read(sys.argv[1])
 heard_rate, heard = read(sys.argv[2])
 es, eh = envelope(sent, sent_rate), envelope(heard, heard_rate)
 def corr(lag):
-    pairs = [(es[i], eh[i + lag]) for i in range(len(es)) if 0 <= i + lag < len(eh)]
-    if len(pairs) < 20: return -1
+    # Over the whole of SENT: what HEARD lacks at a lag counts as silence, so a lag that lines one tone
+    # up with another (and leaves the rest unheard) does not win.
+    pairs = [(es[i], eh[i + lag] if i + lag < len(eh) else 0.0) for i in range(len(es))]
     ma = sum(p[0] for p in pairs) / len(pairs); mb = sum(p[1] for p in pairs) / len(pairs)
     num = sum((a - ma) * (b - mb) for a, b in pairs)
     da = math.sqrt(sum((a - ma) ** 2 for a, _ in pairs)); db = math.sqrt(sum((b - mb) ** 2 for _, b in pairs))
