@@ -233,3 +233,140 @@ struct ServeSIPTests {
         #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 1"))
     }
 }
+
+/// `voicepipe call URI GRAPH`: voicepipe places the call, against baresip (answering on its own), SIPp
+/// (its built-in answering scenario) and voicepipe's own `sip` route.
+@Suite("voicepipe call", .serialized, .timeLimit(.minutes(3)))
+struct SIPCallCommandTests {
+    /// Tones (silence, 440 Hz, silence, 1 kHz, silence) at `rate`.
+    static func tones(_ dir: URL, rate: Int) throws -> String {
+        var parts: [String] = []
+        for (i, seg) in ["trim 0 0.4", "synth 0.8 sine 440 vol 0.5", "trim 0 0.6", "synth 0.8 sine 1000 vol 0.5", "trim 0 0.6"].enumerated() {
+            let p = dir.appendingPathComponent("tone\(rate)-\(i).wav").path
+            _ = try ServeTests.voicepipeLike("/usr/bin/sox", ["-n", "-r", "\(rate)", "-c", "1", "-b", "16", p] + seg.split(separator: " ").map(String.init))
+            parts.append(p)
+        }
+        let out = dir.appendingPathComponent("tones\(rate).wav").path
+        _ = try ServeTests.voicepipeLike("/usr/bin/sox", parts + [out])
+        return out
+    }
+
+    /// The caller's graph: plays `play` to the callee, records the callee to `heard.wav`, logs mic's events.
+    static func graph(_ dir: URL, play: String) throws -> (String, URL, URL) {
+        let heard = dir.appendingPathComponent("heard.wav"), events = dir.appendingPathComponent("caller.jsonl")
+        let path = dir.appendingPathComponent("caller.yaml").path
+        try """
+            version: 1
+            nodes:
+              mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
+              rec:     { type: wav-sink, path: \(heard.path) }
+              play:    { type: file-source, path: \(play) }
+              speaker: { type: app-sink, capacity: 500 }
+              log:     { type: jsonl-sink, path: \(events.path) }
+            links:
+              - mic -> rec
+              - play -> speaker
+              - mic.events -> log
+            """.write(toFile: path, atomically: true, encoding: .utf8)
+        return (path, heard, events)
+    }
+
+    static func check(_ sent: String, _ heard: String) throws -> [String: Any] {
+        let r = try ServeTests.voicepipeLike("/usr/bin/python3", [ServeSIPTests.scenarios.appendingPathComponent("echo_check.py").path, sent, heard])
+        return (try? JSONSerialization.jsonObject(with: Data(r.stdout.utf8))) as? [String: Any] ?? ["output": r.stdout + r.stderr]
+    }
+
+    static func heardTones(_ result: [String: Any]) -> Bool {
+        let tones = result["tones"] as? [[String: Any]] ?? []
+        return (result["correlation"] as? Double ?? 0) > 0.9 && (result["delay_ms"] as? Int ?? 999) < 300 && tones.count == 2
+            && tones.allSatisfy { ($0["share"] as? Double ?? 0) > 0.8 }
+    }
+
+    @Test("Calling baresip (it answers by itself and plays its own tones): each side hears the other's tones", arguments: ["pcma", "g722"])
+    func callBaresip(codec: String) throws {
+        let dir = tempDir()
+        let (rtpmap, rate) = ["pcma": ("PCMA/8000/1", 8000), "g722": ("G722/16000/1", 16000)][codec]!
+        let calleeTones = try Self.tones(dir, rate: rate)
+        let conf = dir.appendingPathComponent("callee"), rec = conf.appendingPathComponent("rec")
+        try FileManager.default.createDirectory(at: rec, withIntermediateDirectories: true)
+        let port = ServeTests.freePort()
+        try """
+            poll_method poll
+            sip_listen 127.0.0.1:\(port)
+            audio_player alsa,null
+            audio_alert alsa,null
+            audio_source aufile,\(calleeTones)
+            module_path /usr/lib/baresip/modules
+            module g711.so
+            module g722.so
+            module aufile.so
+            module alsa.so
+            module sndfile.so
+            module_app account.so
+            module_app menu.so
+            snd_path \(rec.path)
+            rtp_timeout 0
+            """.write(to: conf.appendingPathComponent("config"), atomically: true, encoding: .utf8)
+        try "<sip:callee@127.0.0.1>;regint=0;answermode=auto;audio_codecs=\(rtpmap)\n".write(to: conf.appendingPathComponent("accounts"), atomically: true, encoding: .utf8)
+        let callee = try Running("/usr/bin/baresip", ["-f", conf.path, "-t", "15"])
+        defer { callee.signal(SIGTERM); _ = callee.wait(timeout: 10) }
+        // Up once it listens.
+        for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(port)")) { usleep(100_000) }
+        let ourTones = try Self.tones(dir, rate: 16000)
+        let (graph, heard, events) = try Self.graph(dir, play: ourTones)
+        let r = try voicepipe(["call", "sip:callee@127.0.0.1:\(port)", graph, "--codecs", codec])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("call ended:"), "\(r.stdout)")
+        let lines = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
+        #expect(lines.contains("\"event\":\"call_start\"") && lines.contains("\"codec\":\"\(codec)\""), "\(lines)")
+        // We heard baresip's tones; baresip heard ours.
+        let ours = try Self.check(calleeTones, heard.path)
+        #expect(Self.heardTones(ours), "\(ours)")
+        let recorded = try FileManager.default.contentsOfDirectory(atPath: rec.path).first { $0.hasSuffix("-dec.wav") }
+        let theirs = try Self.check(ourTones, rec.appendingPathComponent(try #require(recorded, "baresip recorded nothing")).path)
+        #expect(Self.heardTones(theirs), "\(theirs)")
+    }
+
+    @Test("SIPp's answering scenario: voicepipe's BYE after --max-duration ends the call SIPp expects")
+    func callSIPp() throws {
+        let dir = tempDir()
+        let port = ServeTests.freePort()
+        let uas = try Running("/usr/bin/sipp", ["-sn", "uas", "-i", "127.0.0.1", "-p", "\(port)", "-m", "1", "-nostdin", "-timeout", "30", "-timeout_error"])
+        for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(port)")) { usleep(100_000) }
+        let (graph, _, events) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
+        let r = try voicepipe(["call", "sip:service@127.0.0.1:\(port)", graph, "--max-duration", "2", "--codecs", "pcmu"])
+        #expect(r.status == 0, "\(r.stderr)")
+        let u = uas.wait(timeout: 40)
+        #expect(u.status == 0, "SIPp: \(u.stdout.suffix(600))")
+        let lines = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
+        #expect(lines.contains("\"event\":\"call_end\""), "\(lines)")
+    }
+
+    @Test("A call refused (no codec in common with a sip route) exits 1 naming the 488; a bad URI exits 2")
+    func refused() throws {
+        let dir = tempDir()
+        let (server, _, sipPort, _) = try ServeSIPTests.start(options: "codecs: [opus]", in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let (graph, _, _) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
+        let r = try voicepipe(["call", "sip:echo@127.0.0.1:\(sipPort)", graph, "--codecs", "pcmu"])
+        #expect(r.status == 1 && r.stderr.contains("488 Not Acceptable Here"), "\(r.status) \(r.stderr)")
+        let bad = try voicepipe(["call", "mailto:x@y", graph])
+        #expect(bad.status == 2 && bad.stderr.contains("not a SIP URI"), "\(bad.stderr)")
+        let codec = try voicepipe(["call", "sip:echo@127.0.0.1:\(sipPort)", graph, "--codecs", "gsm"])
+        #expect(codec.status != 0 && codec.stderr.contains("'gsm' is not one of"), "\(codec.stderr)")
+    }
+
+    @Test("voicepipe calls voicepipe: the route's echo of the caller's tones comes back with each codec", arguments: ["pcmu", "g722", "opus"])
+    func callServe(codec: String) throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try ServeSIPTests.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let tones = try Self.tones(dir, rate: 16000)
+        let (graph, heard, _) = try Self.graph(dir, play: tones)
+        let r = try voicepipe(["call", "sip:echo@127.0.0.1:\(sipPort)", graph, "--codecs", codec])
+        #expect(r.status == 0 && r.stdout.contains("call ended: graph_ended"), "\(r.stdout) \(r.stderr)")
+        let result = try Self.check(tones, heard.path)
+        #expect(Self.heardTones(result), "\(result)")
+        #expect(try ServeSIPTests.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 1"))
+    }
+}
