@@ -169,6 +169,54 @@ struct ServeSIPTests {
         #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 2"))
     }
 
+    @Test("Hold by re-INVITE: sendonly is answered recvonly and inactive inactive (SIPp checks the answers), OPTIONS inside the call")
+    func hold() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try Self.sipp(sipPort, "hold.xml", dir: dir)
+        #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, "hold.xml"))")
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 1"))
+    }
+
+    @Test("Barge-in: a digit one second into a long spoken answer stops what is sent at once; without it the answer plays on")
+    func bargeIn() throws {
+        let dir = tempDir()
+        let text = dir.appendingPathComponent("answer.txt")
+        try "This answer is long on purpose: it goes on and on about the weather, the garden, the garage door and the trains, so that there is plenty left to interrupt.\n"
+            .write(to: text, atomically: true, encoding: .utf8)
+        let graph = dir.appendingPathComponent("speak.yaml")
+        // The answer is synthesized at once and queued; it is sent at real time. Any event of `mic` interrupts it.
+        try """
+            version: 1
+            nodes:
+              mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
+              drop:    { type: null-sink }
+              text:    { type: text-source, path: \(text.path) }
+              tts:     { type: tts }
+              speaker: { type: app-sink, capacity: 2000 }
+            links:
+              - mic -> drop
+              - text -> tts -> speaker
+              - mic.events -> speaker.interrupt
+            """.write(to: graph, atomically: true, encoding: .utf8)
+        func run(_ scenario: String) throws -> Double {
+            let sipPort = ServeTests.freePort()
+            let (server, port) = try ServeTests.start(extra: ["  - name: phone", "    protocol: sip", "    port: \(sipPort)", "    graph: \(graph.path)"].joined(separator: "\n"), in: dir)
+            defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+            let r = try Self.sipp(sipPort, scenario, dir: dir)
+            #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, scenario))")
+            #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
+            return try Self.value(port, "voicepipe_answer_audio_seconds_total{route=\"phone\"}")
+        }
+        // Without a digit: the answer is sent for the whole call (about 2.5 s).
+        let whole = try run("call_bye.xml")
+        #expect(whole > 2.0, "answer sent for \(whole) s")
+        // The digit at 1 s: nothing of the answer after it, though the call lasts 2.5 s more.
+        let cut = try run("barge_in.xml")
+        #expect(cut > 0.5 && cut < 1.5, "answer sent for \(cut) s")
+    }
+
     /// baresip calls the route with one codec, playing `tones` (silence, 440 Hz, silence, 1 kHz, silence)
     /// and hanging up at its end; returns echo_check.py's comparison of what it sent and what it recorded.
     static func baresip(sipPort: Int, codec: String, dir: URL) throws -> [String: Any] {
