@@ -217,6 +217,23 @@ struct ServeSIPTests {
         #expect(cut > 0.5 && cut < 1.5, "answer sent for \(cut) s")
     }
 
+    @Test("Symmetric RTP: voicepipe answers where the caller's RTP comes from; another address, another SSRC, an unknown payload type and malformed packets are ignored and counted")
+    func rtpFiltering() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try ServeTests.voicepipeLike("/usr/bin/python3", [Self.scenarios.appendingPathComponent("rtp_probe.py").path, "127.0.0.1", "\(sipPort)"])
+        let out = try #require((try? JSONSerialization.jsonObject(with: Data(r.stdout.utf8))) as? [String: Int], "\(r.stdout) \(r.stderr)")
+        #expect(out["invite"] == 200 && out["bye"] == 200, "\(out)")
+        // About 80 packets in the call's 1.6 s, all to the socket the caller sends from; none to the other ones.
+        #expect((out["a"] ?? 0) > 40 && out["b"] == 0, "\(out)")
+        for (code, n) in [("rtp_wrong_address", 10), ("rtp_wrong_ssrc", 10), ("rtp_unknown_payload", 5), ("rtp_malformed", 3)] {
+            #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"\(code)\"} \(n)"), "\(code)")
+        }
+        // Only the 50 good packets of 160 bytes are audio.
+        #expect(try Self.metric(port, "voicepipe_audio_bytes_total{route=\"phone\"} 8000"))
+    }
+
     /// baresip calls the route with one codec, playing `tones` (silence, 440 Hz, silence, 1 kHz, silence)
     /// and hanging up at its end; returns echo_check.py's comparison of what it sent and what it recorded.
     static func baresip(sipPort: Int, codec: String, dir: URL) throws -> [String: Any] {
