@@ -256,4 +256,17 @@ struct SIPProtocolTests {
             #expect(dec.conceal().count == dec.frameSamples)
         }
     }
+
+    @Test("Digest (RFC 2617's own example): the challenge read, the response computed; other algorithms and qops refused")
+    func digest() throws {
+        let c = try DigestChallenge.parse("Digest realm=\"testrealm@host.com\", qop=\"auth,auth-int\", nonce=\"dcd98b7102dd2f0e8b11d0f600bfb0c093\", opaque=\"5ccc069c403ebaf9f0171e9517f40e41\"")
+        #expect(c.realm == "testrealm@host.com" && c.qop == "auth" && c.opaque == "5ccc069c403ebaf9f0171e9517f40e41")
+        let v = c.authorization(method: "GET", uri: "/dir/index.html", user: "Mufasa", password: "Circle Of Life", cnonce: "0a4f113b")
+        #expect(v.contains("response=\"6629fae49393a05397450978507c4ef1\""), "\(v)")
+        #expect(v.contains("nc=00000001") && v.contains("qop=auth") && v.contains("opaque=\"5ccc069c403ebaf9f0171e9517f40e41\""))
+        #expect(throws: DigestChallenge.Problem.self) { try DigestChallenge.parse("Basic realm=\"x\"") }
+        #expect(throws: DigestChallenge.Problem.self) { try DigestChallenge.parse("Digest realm=\"x\", nonce=\"y\", algorithm=SHA-256") }
+        #expect(throws: DigestChallenge.Problem.self) { try DigestChallenge.parse("Digest realm=\"x\", nonce=\"y\", qop=\"auth-int\"") }
+        #expect(throws: DigestChallenge.Problem.self) { try DigestChallenge.parse("Digest realm=\"x\"") }
+    }
 }

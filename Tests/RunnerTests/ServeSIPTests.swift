@@ -234,6 +234,27 @@ struct ServeSIPTests {
         #expect(try Self.metric(port, "voicepipe_audio_bytes_total{route=\"phone\"} 8000"))
     }
 
+    @Test("register: REGISTER to a registrar (SIPp) answers its digest challenge and renews before the 2 s granted run out; wrong credentials are counted")
+    func register() throws {
+        for (password, succeeds) in [("s3cret", true), ("wrong", false)] {
+            let dir = tempDir()
+            let registrarPort = ServeTests.freePort()
+            let registrar = try Running("/usr/bin/sipp", ["-sf", Self.scenarios.appendingPathComponent("registrar.xml").path, "-i", "127.0.0.1",
+                                                          "-p", "\(registrarPort)", "-m", "1", "-nostdin", "-timeout", "20", "-timeout_error"])
+            for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(registrarPort)")) { usleep(100_000) }
+            let (server, port, _, _) = try Self.start(options: "register: { registrar: \"sip:127.0.0.1:\(registrarPort)\", user: alice, password: \(password) }", in: dir)
+            defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+            let r = registrar.wait(timeout: 30)
+            if succeeds {
+                #expect(r.status == 0, "SIPp: \(r.stdout.suffix(600))")
+                #expect(try !ServeTests.http(port, "/metrics").body.contains("register_failed"))
+            } else {
+                #expect(r.status != 0, "SIPp: \(r.stdout.suffix(600))")
+                #expect(try Self.value(port, "voicepipe_errors_total{route=\"phone\",code=\"register_failed\"}") >= 1)
+            }
+        }
+    }
+
     /// baresip calls the route with one codec, playing `tones` (silence, 440 Hz, silence, 1 kHz, silence)
     /// and hanging up at its end; returns echo_check.py's comparison of what it sent and what it recorded.
     static func baresip(sipPort: Int, codec: String, dir: URL) throws -> [String: Any] {

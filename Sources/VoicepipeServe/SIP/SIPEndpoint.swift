@@ -42,6 +42,7 @@ final class SIPEndpoint: Sendable {
         var ended: [String: ContinuousClock.Instant] = [:]
         var udp: (any Channel)?
         var port = 0
+        var registration: SIPRegistration?
     }
     private let state = Mutex(State())
 
@@ -70,6 +71,13 @@ final class SIPEndpoint: Sendable {
             $0.udp = udp
             $0.port = port
         }
+        if let r = endpoint.options.register {
+            let registration = SIPRegistration(endpoint: endpoint, options: r)
+            endpoint.state.withLock { $0.registration = registration }
+            // Ends with the route's socket (a drain closes it).
+            let task = Task { await registration.run(channel: udp) }
+            udp.closeFuture.whenComplete { _ in task.cancel() }
+        }
         let tcp = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { ch in ch.eventLoop.makeCompletedFuture { try ch.pipeline.syncOperations.addHandler(ServeServer.acceptBackoff()) } }
@@ -94,8 +102,9 @@ final class SIPEndpoint: Sendable {
         }
         guard let callID = message.callID else { return }
         if message.status != nil {
-            // A response: to a request of one of our calls (BYE).
-            state.withLock { $0.calls[callID] }?.response(message)
+            // A response: to a request of one of our calls (BYE), or to the route's REGISTER.
+            let (call, registration) = state.withLock { ($0.calls[callID], $0.registration) }
+            if let call { call.response(message) } else if registration?.callID == callID { registration?.response(message) }
             return
         }
         let method = message.method ?? ""

@@ -13,6 +13,17 @@ struct SIPRouteOptions: Sendable {
     /// Playout delay range of the jitter buffer, milliseconds.
     var jitterMinMs = 20
     var jitterMaxMs = 200
+    /// Sit behind a registrar (a PBX or a SIP trunk): REGISTER with digest authentication, renewed before it expires.
+    var register: Registration?
+
+    struct Registration: Sendable {
+        var registrar: String
+        var user: String
+        var password: String
+        /// The domain of the address of record (default: the registrar's host).
+        var domain: String?
+        var expiresS = 3600
+    }
 
     mutating func parse(key: String, value v: YAMLNode, problem: (YAMLNode, String) -> Void, int: (YAMLNode, String, ClosedRange<Int>) -> Int?) {
         switch key {
@@ -40,7 +51,23 @@ struct SIPRouteOptions: Sendable {
             jitterMinMs = lo
             jitterMaxMs = hi
         case "register":
-            problem(v, "register: registering with a SIP registrar is not supported yet; point the PBX or trunk at this route's port instead")
+            guard let m = v.mapping else { problem(v, "register: expected { registrar: \"sip:pbx.example:5060\", user: …, password: … }"); return }
+            var r = Registration(registrar: "", user: "", password: "")
+            for (k, value) in m {
+                switch k.string ?? "" {
+                case "registrar": r.registrar = value.string ?? ""
+                case "user": r.user = value.string ?? ""
+                case "password": r.password = value.string ?? ""
+                case "domain": r.domain = value.string
+                case "expires": r.expiresS = int(value, "register.expires", 60...86_400) ?? r.expiresS
+                default: problem(k, "register: unknown key '\(k.string ?? "?")'; expected registrar, user, password, domain, expires")
+                }
+            }
+            if !r.registrar.lowercased().hasPrefix("sip:") || SIPHeader.hostPort(r.registrar) == nil {
+                problem(v, "register.registrar: expected a SIP URI such as sip:pbx.example:5060, got '\(r.registrar)'")
+            }
+            if r.user.isEmpty || r.user.contains(where: { " <>@:;\"".contains($0) }) { problem(v, "register.user: expected a user name (no spaces, <, >, @, :, ;)") }
+            register = r
         default: break
         }
     }
