@@ -25,6 +25,8 @@ struct CallCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Hang up when the callee sends no RTP for this many seconds (0: never).") var rtpTimeout: Int = 30
     @Option(name: .long, help: "Hang up after this many seconds of call (0: no limit).") var maxDuration: Int = 0
     @Option(name: .long, help: "The user part of the From URI.") var user: String = "voicepipe"
+    @Option(name: .long, help: "User name for digest authentication when the INVITE is challenged (default: --user); the password comes from VOICEPIPE_SIP_PASSWORD.")
+    var authUser: String?
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error.") var logLevel: String = "info"
     @OptionGroup var plugin: PluginOptions
 
@@ -49,6 +51,8 @@ struct CallCommand: AsyncParsableCommand {
         options.rtpTimeoutS = rtpTimeout
         options.user = user
         options.maxDurationS = maxDuration
+        options.authUser = authUser
+        options.password = ProcessInfo.processInfo.environment["VOICEPIPE_SIP_PASSWORD"]
         let dialer: SIPDialer
         do {
             dialer = try SIPDialer(options: options, registry: registry, logger: logger)

@@ -428,6 +428,28 @@ struct SIPCallCommandTests {
         #expect(lines.contains("\"event\":\"call_end\""), "\(lines)")
     }
 
+    @Test("A callee that challenges the INVITE (SIPp checking the digest): answered with VOICEPIPE_SIP_PASSWORD; a wrong one fails with the 403")
+    func digestChallenge() throws {
+        let dir = tempDir()
+        let (graph, _, _) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
+        for (password, succeeds) in [("pa55", true), ("nope", false)] {
+            let port = ServeTests.freePort()
+            let uas = try Running("/usr/bin/sipp", ["-sf", ServeSIPTests.scenarios.appendingPathComponent("uas_auth.xml").path, "-i", "127.0.0.1",
+                                                    "-p", "\(port)", "-mp", "\(ServeTests.freePort() & ~1)", "-m", "1", "-nostdin", "-timeout", "20", "-timeout_error"])
+            for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(port)")) { usleep(100_000) }
+            let r = try voicepipe(["call", "sip:bob@127.0.0.1:\(port)", graph, "--auth-user", "bob", "--max-duration", "1", "--codecs", "pcmu"],
+                                  environment: ProcessInfo.processInfo.environment.merging(["VOICEPIPE_SIP_PASSWORD": password]) { $1 })
+            let u = uas.wait(timeout: 30)
+            if succeeds {
+                #expect(r.status == 0, "\(r.stderr)")
+                #expect(u.status == 0, "SIPp: \(u.stdout.suffix(600))")
+            } else {
+                #expect(r.status == 1 && r.stderr.contains("403 Forbidden"), "\(r.stderr)")
+                #expect(u.status != 0)
+            }
+        }
+    }
+
     @Test("A call refused (no codec in common with a sip route) exits 1 naming the 488; a bad URI exits 2")
     func refused() throws {
         let dir = tempDir()

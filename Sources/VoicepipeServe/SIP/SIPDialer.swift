@@ -21,6 +21,9 @@ package final class SIPDialer: Sendable {
         package var ringTimeoutS = 60
         package var rtpTimeoutS = 30
         package var user = "voicepipe"
+        /// Digest credentials for a callee or proxy that challenges the INVITE (401/407).
+        package var authUser: String?
+        package var password: String?
         /// Hang up after this many seconds of call (0: no limit).
         package var maxDurationS = 0
 
@@ -129,7 +132,7 @@ package final class SIPDialer: Sendable {
         let sessionID = String(UInt32.random(in: 1...UInt32.max))
         var invite = SIPMessage(start: .request(method: "INVITE", uri: options.uri))
         let branch = "z9hG4bK" + SIPHeader.token(16)
-        let via = "SIP/2.0/UDP \(local):\(localPort);branch=\(branch);rport"
+        var via = "SIP/2.0/UDP \(local):\(localPort);branch=\(branch);rport"
         invite.add("Via", via)
         invite.add("Max-Forwards", "70")
         invite.add("From", from)
@@ -154,7 +157,7 @@ package final class SIPDialer: Sendable {
         var iterator = stream.makeAsyncIterator()
         // The INVITE transaction.
         var timer = SIPRetransmission()
-        let started = ContinuousClock.now
+        var started = ContinuousClock.now
         var answered = false
         var cancelled = false
         var ok: SIPMessage?
@@ -187,7 +190,7 @@ package final class SIPDialer: Sendable {
                     if method != "ACK" { send(m.response(method == "OPTIONS" ? 200 : 481), to: source) }
                     continue
                 }
-                guard let status = m.status, m.cseq?.method == "INVITE" else { continue }
+                guard let status = m.status, m.cseq?.method == "INVITE", m.cseq?.number == invite.cseq?.number else { continue }
                 answered = true
                 timer.answered()
                 if status < 200 {
@@ -201,11 +204,28 @@ package final class SIPDialer: Sendable {
                     ack.add("From", from)
                     ack.add("To", m["To"] ?? "<\(options.uri)>")
                     ack.add("Call-ID", callID)
-                    ack.add("CSeq", "1 ACK")
+                    ack.add("CSeq", "\(invite.cseq?.number ?? 1) ACK")
                     send(ack)
                     if cancelled && status == 487 { return "stopped" }
+                    // A challenge, answered once when a password was given.
+                    if (status == 401 || status == 407), let password = options.password, invite["Authorization"] == nil && invite["Proxy-Authorization"] == nil,
+                       let challenge = try? DigestChallenge.parse(m[status == 401 ? "WWW-Authenticate" : "Proxy-Authenticate"] ?? "") {
+                        let number = (invite.cseq?.number ?? 1) + 1
+                        via = "SIP/2.0/UDP \(local):\(localPort);branch=z9hG4bK\(SIPHeader.token(16));rport"
+                        invite.set("Via", via)
+                        invite.set("CSeq", "\(number) INVITE")
+                        invite.add(status == 401 ? "Authorization" : "Proxy-Authorization",
+                                   challenge.authorization(method: "INVITE", uri: options.uri, user: options.authUser ?? options.user, password: password, cnonce: SIPHeader.token(12)))
+                        send(invite)
+                        timer = SIPRetransmission()
+                        started = .now
+                        answered = false
+                        logger.info("\(options.uri): \(status), answering the digest challenge of \(challenge.realm)")
+                        continue
+                    }
                     let warning = m["Warning"].map { " (\($0))" } ?? ""
-                    let auth = status == 401 || status == 407 ? "; digest authentication is not supported yet" : ""
+                    let auth = status == 401 || status == 407
+                        ? (options.password == nil ? "; set VOICEPIPE_SIP_PASSWORD (and --auth-user) to answer the challenge" : "; the credentials were refused") : ""
                     throw Failure(description: "\(options.uri) refused the call: \(status) \(reasonText(m))\(warning)\(auth)", exitCode: 1)
                 }
                 ok = m
@@ -218,7 +238,7 @@ package final class SIPDialer: Sendable {
         let toWithTag = ok["To"] ?? "<\(options.uri)>"
         let remoteTarget = SIPHeader.uri(ok["Contact"] ?? "") ?? options.uri
         let routeSet = ok.values("Record-Route").reversed()
-        var cseq: UInt32 = 1
+        var cseq: UInt32 = invite.cseq?.number ?? 1
         func request(_ method: String, number: UInt32) -> SIPMessage {
             var r = SIPMessage(start: .request(method: method, uri: remoteTarget))
             r.add("Via", "SIP/2.0/UDP \(local):\(localPort);branch=z9hG4bK\(SIPHeader.token(16));rport")
@@ -230,7 +250,7 @@ package final class SIPDialer: Sendable {
             r.add("CSeq", "\(number) \(method)")
             return r
         }
-        let ack = request("ACK", number: 1)
+        let ack = request("ACK", number: invite.cseq?.number ?? 1)
         send(ack, to: remote)
         // The answer.
         let negotiation: MediaNegotiation
