@@ -11,7 +11,7 @@ struct ServeSIPTests {
 
     /// Serve with a `sip` route (`phone`) whose graph sends the caller's audio straight back (a digit or
     /// any other event of `mic` interrupts it) and writes `mic`'s events to `events.jsonl` in `dir`.
-    static func start(maxSessions: Int = 10, options: String = "", in dir: URL) throws -> (Running, Int, Int, URL) {
+    static func start(maxSessions: Int = 10, options: String = "", graceS: Int = 20, in dir: URL) throws -> (Running, Int, Int, URL) {
         let events = dir.appendingPathComponent("events.jsonl")
         let graph = dir.appendingPathComponent("echo.yaml")
         try """
@@ -27,7 +27,7 @@ struct ServeSIPTests {
         let sipPort = ServeTests.freePort()
         let route = ["  - name: phone", "    protocol: sip", "    port: \(sipPort)", "    graph: \(graph.path)"]
             + options.split(separator: "\n").map { "    " + $0 }
-        let (server, port) = try ServeTests.start(maxSessions: maxSessions, extra: route.joined(separator: "\n"), in: dir)
+        let (server, port) = try ServeTests.start(maxSessions: maxSessions, extra: route.joined(separator: "\n"), graceS: graceS, in: dir)
         return (server, port, sipPort, events)
     }
 
@@ -89,6 +89,24 @@ struct ServeSIPTests {
         #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"rtp_timeout\"} 1"))
         #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"rtp_timeout\"} 1"))
         #expect(Self.events(events).last?["reason"] as? String == "rtp_timeout")
+    }
+
+    @Test("SIGTERM drains: a call still running after drain_grace_s is ended with voicepipe's BYE, which SIPp expects")
+    func drain() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, events) = try Self.start(options: "rtp_timeout_s: 0", graceS: 1, in: dir)
+        defer { server.signal(SIGKILL); _ = server.wait(timeout: 5) }
+        let args = ["127.0.0.1:\(sipPort)", "-sf", Self.scenarios.appendingPathComponent("call_server_bye.xml").path, "-m", "1", "-l", "1",
+                    "-i", "127.0.0.1", "-p", "\(ServeTests.freePort())", "-mp", "\(ServeTests.freePort() & ~1)", "-nostdin", "-timeout", "30", "-timeout_error"]
+        let sipp = try Running("/usr/bin/sipp", args)
+        #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 1"))
+        server.signal(SIGTERM)
+        let r = sipp.wait(timeout: 30)
+        #expect(r.status == 0, "\(r.stdout.suffix(600))")
+        #expect(r.seconds < 10, "the BYE came after \(r.seconds) s")
+        let finished = server.wait(timeout: 20)
+        #expect(finished.status == 0, "\(finished.stderr.suffix(600))")
+        #expect(Self.events(events).last?["reason"] as? String == "shutdown")
     }
 
     @Test("CANCEL while the call rings: 200 for the CANCEL, 487 for the INVITE; the call is counted as cancelled")
