@@ -169,6 +169,9 @@ struct ServeSIPTests {
         for _ in 0..<100 where peak < 20 {
             peak = max(peak, try Self.value(port, "voicepipe_sessions_active{route=\"phone\"}"))
         }
+        // The calls are on the console.
+        let listed = try ServeTests.http(port, "/console/sessions.json").body
+        #expect(listed.components(separatedBy: "\"route\":\"phone\"").count - 1 == 20, "\(listed.prefix(400))")
         let r = sipp.wait(timeout: 90)
         #expect(r.status == 0, "\(r.stdout.suffix(800))")
         #expect(peak == 20)
@@ -187,7 +190,7 @@ struct ServeSIPTests {
         #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 2"))
     }
 
-    @Test("Hold by re-INVITE: sendonly is answered recvonly and inactive inactive (SIPp checks the answers), OPTIONS inside the call")
+    @Test("Session timers echoed; hold by re-INVITE: sendonly is answered recvonly and inactive inactive (SIPp checks the answers), OPTIONS inside the call")
     func hold() throws {
         let dir = tempDir()
         let (server, port, sipPort, _) = try Self.start(in: dir)
