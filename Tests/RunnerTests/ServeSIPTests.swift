@@ -276,6 +276,23 @@ struct ServeSIPTests {
         }
     }
 
+    @Test("A flood of 300 INVITEs at once over max_sessions: every one answered (486, or 503 when too many wait), the server stays up and takes the next call")
+    func flood() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, _) = try Self.start(maxSessions: 2, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        let r = try Self.sipp(sipPort, "call_bye.xml", calls: 300, limit: 300, rate: 1000, dir: dir)
+        #expect(r.status != 0)
+        // Every call got an answer: none timed out waiting.
+        let log = Self.sippLog(dir, "call_bye.xml")
+        #expect(!log.contains("timeout"), "\(log.prefix(600))")
+        #expect(try Self.value(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"refused\"}") >= 290)
+        #expect(try ServeTests.http(port, "/healthz").status == 200)
+        #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
+        let next = try Self.sipp(sipPort, "call_bye.xml", dir: dir)
+        #expect(next.status == 0, "\(next.stdout.suffix(600))")
+    }
+
     /// baresip calls the route with one codec, playing `tones` (silence, 440 Hz, silence, 1 kHz, silence)
     /// and hanging up at its end; returns echo_check.py's comparison of what it sent and what it recorded.
     static func baresip(sipPort: Int, codec: String, dir: URL) throws -> [String: Any] {
