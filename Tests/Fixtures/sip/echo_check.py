@@ -5,7 +5,8 @@ usage: echo_check.py SENT.wav HEARD.wav
 Prints one line of JSON: the echo's delay (ms, found by cross-correlating 10 ms energy envelopes),
 the envelope correlation at that delay, and for each tone segment of SENT (start_ms, end_ms, hz) the
 share of HEARD's energy at that tone's frequency in the delayed segment, and the level of HEARD in
-SENT's silent gaps relative to its tones (dB). Standard library only.
+SENT's silent gaps relative to its tones (dB). The delay may be negative when HEARD started recording after
+SENT began. Standard library only.
 """
 import json, math, struct, sys, wave
 
@@ -35,12 +36,14 @@ es, eh = envelope(sent, sent_rate), envelope(heard, heard_rate)
 def corr(lag):
     # Over the whole of SENT: what HEARD lacks at a lag counts as silence, so a lag that lines one tone
     # up with another (and leaves the rest unheard) does not win.
-    pairs = [(es[i], eh[i + lag] if i + lag < len(eh) else 0.0) for i in range(len(es))]
+    pairs = [(es[i], eh[i + lag] if 0 <= i + lag < len(eh) else 0.0) for i in range(len(es))]
     ma = sum(p[0] for p in pairs) / len(pairs); mb = sum(p[1] for p in pairs) / len(pairs)
     num = sum((a - ma) * (b - mb) for a, b in pairs)
     da = math.sqrt(sum((a - ma) ** 2 for a, _ in pairs)); db = math.sqrt(sum((b - mb) ** 2 for _, b in pairs))
     return num / (da * db) if da > 0 and db > 0 else -1
-best = max(range(0, 150), key=corr)
+# HEARD may also have started recording after SENT began (a callee that plays as soon as it answers): a
+# negative delay.
+best = max(range(-100, 150), key=corr)
 delay_ms = best * 10
 # Tone segments of SENT: runs of 10 ms frames above a tenth of its peak envelope.
 peak = max(es)
@@ -55,7 +58,7 @@ for a, b in segments:
     # The sent tone's frequency: the strongest of a few candidates.
     part = sent[a * sent_rate // 1000 + sent_rate // 20:b * sent_rate // 1000 - sent_rate // 20]
     hz = max([300, 440, 500, 700, 1000, 1200], key=lambda f: goertzel(part, sent_rate, f))
-    h = heard[(a + delay_ms) * heard_rate // 1000 + heard_rate // 20:(b + delay_ms) * heard_rate // 1000 - heard_rate // 20]
+    h = heard[max(0, (a + delay_ms) * heard_rate // 1000 + heard_rate // 20):max(0, (b + delay_ms) * heard_rate // 1000 - heard_rate // 20)]
     if not h:
         tones.append({"start_ms": a, "end_ms": b, "hz": hz, "share": 0, "rms": 0}); continue
     n = len(h)
@@ -63,7 +66,7 @@ for a, b in segments:
     tones.append({"start_ms": a, "end_ms": b, "hz": hz, "share": round(share, 3), "rms": round(math.sqrt(power(h) / n))})
 gaps = []
 for (a0, b0), (a1, b1) in zip(segments, segments[1:]):
-    h = heard[(b0 + delay_ms + 100) * heard_rate // 1000:(a1 + delay_ms - 50) * heard_rate // 1000]
+    h = heard[max(0, (b0 + delay_ms + 100) * heard_rate // 1000):max(0, (a1 + delay_ms - 50) * heard_rate // 1000)]
     if h: gaps.append(round(math.sqrt(power(h) / len(h))))
 tone_rms = min([t["rms"] for t in tones] or [0])
 print(json.dumps({"delay_ms": delay_ms, "correlation": round(corr(best), 3), "tones": tones, "gap_rms": gaps,
