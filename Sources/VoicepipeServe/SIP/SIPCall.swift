@@ -229,7 +229,7 @@ final class SIPCall: TelephoneCall {
         await source.push(event: Event("call_start", fields: [("from", .string(from)), ("to", .string(to)), ("codec", .string(negotiation.codec.name))]))
         let events = pipeline.events(buffer: 10_000)
         let answerRoute = route.answer
-        let forwarding = Task { [self] in
+        let forwarding = Task {
             for await e in events {
                 bus.forward(e)
                 if answerRoute?.interrupts(e) == true { callMedia.interrupt() }
