@@ -157,6 +157,7 @@ let package = Package(
             name: "VoicepipeServe",
             dependencies: [
                 core, "Nodes", "TencentASR", "NATSClient", "Wyoming",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

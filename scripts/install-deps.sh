@@ -10,6 +10,7 @@ packages=(
   libcurl4-openssl-dev libyaml-dev graphviz openssl procps bc python3 iproute2
   cmake g++ curl
   nginx nats-server
+  baresip-core sip-tester libspandsp2
   chromium chromium-driver
 )
 missing=()

@@ -84,7 +84,7 @@ struct RootCommand: AsyncParsableCommand {
           voicepipe nodes vad
           voicepipe graph pipelines/intercom.yaml --format mermaid
         """,
-        subcommands: [RunCommand.self, ServeCommand.self, ValidateCommand.self, NodesCommand.self, GraphCommand.self, DevicesCommand.self]
+        subcommands: [RunCommand.self, ServeCommand.self, CallCommand.self, ValidateCommand.self, NodesCommand.self, GraphCommand.self, DevicesCommand.self]
             + CLIContext.extraCommands.withLock { $0 }
     ) }
 }

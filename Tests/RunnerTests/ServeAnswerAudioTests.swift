@@ -466,7 +466,7 @@ struct ServeAnswerAudioTests {
             """.write(to: config, atomically: true, encoding: .utf8)
         let r = try voicepipe(["serve", config.path, "--check"])
         #expect(r.status == 2, "\(r.stderr)")
-        #expect(r.stderr.contains("route 'asr'") && r.stderr.contains("only websocket, audiosocket and twilio routes send back"), "\(r.stderr)")
+        #expect(r.stderr.contains("route 'asr'") && r.stderr.contains("only websocket, audiosocket, twilio and sip routes send back"), "\(r.stderr)")
         #expect(r.stderr.contains("route 'two'") && r.stderr.contains("2 app-sink nodes taking audio"), "\(r.stderr)")
         #expect(r.stderr.contains("answer_buffer_ms"), "\(r.stderr)")
         let shipped = try voicepipe(["serve", packageRoot.appendingPathComponent("pipelines/serve.yaml").path, "--check"])

@@ -19,6 +19,8 @@ package struct ServeConfiguration: Sendable {
         case audiosocket
         /// Twilio Media Streams (WebSocket): one telephone call per connection.
         case twilio
+        /// SIP (UDP and TCP, its own port) with RTP media: one telephone call per dialog.
+        case sip
 
         /// Whether the route is a WebSocket path on the HTTP listener (else it has its own TCP port).
         var usesPath: Bool { self == .websocket || self == .tencentASR || self == .twilio }
@@ -55,6 +57,8 @@ package struct ServeConfiguration: Sendable {
         /// A Wyoming route whose graph speaks (an `app-source` `text` feeding text, an `app-sink`
         /// `speaker` taking audio): the speaker's id. Such a route is a Wyoming TTS server.
         var speakerID: String?
+        /// `sip` routes: codecs, timers, media address.
+        var sip: SIPRouteOptions?
     }
 
     /// Where a session's answer audio comes from (websocket routes): the template's one `app-sink` fed
@@ -256,12 +260,13 @@ package struct ServeConfiguration: Sendable {
         return nats
     }
 
-    private static func parseRoute(_ n: YAMLNode, baseDir: String, registry: NodeRegistry, environment: [String: String],
+    static func parseRoute(_ n: YAMLNode, baseDir: String, registry: NodeRegistry, environment: [String: String],
                                    problem: (YAMLNode, String) -> Void, int: (YAMLNode, String, ClosedRange<Int>) -> Int?,
                                    graphIssues issues: inout [GraphIssue]) -> Route? {
         guard let m = n.mapping else { problem(n, "a route is a mapping with name, protocol, path or port, and graph"); return nil }
         var name: String?, kind: FrontEnd?, path: String?, port: Int?, graph: String?
         var keys: [String: [Key]] = [:]
+        var sipOptions = SIPRouteOptions(), sipKeys: [YAMLNode] = []
         var maxDuration = 3600, maxBytes = 512 * 1024 * 1024, idle = 15_000, maxFrame = 1 << 20, answerBuffer = 20_000
         for (k, v) in m {
             switch k.string ?? "" {
@@ -279,6 +284,9 @@ package struct ServeConfiguration: Sendable {
             case "idle_timeout_ms": idle = int(v, "idle_timeout_ms", 100...3_600_000) ?? idle
             case "max_frame_bytes": maxFrame = int(v, "max_frame_bytes", 1024...(16 << 20)) ?? maxFrame
             case "answer_buffer_ms": answerBuffer = int(v, "answer_buffer_ms", 100...600_000) ?? answerBuffer
+            case "codecs", "rtp_timeout_s", "ring_ms", "media_address", "register", "jitter_ms":
+                sipKeys.append(k)
+                sipOptions.parse(key: k.string ?? "", value: v, problem: problem, int: int)
             case "keys":
                 guard let km = v.mapping else { problem(v, "keys: expected { \"APPID\": { secret_id: …, secret_key: … } }"); continue }
                 for (appid, entry) in km {
@@ -292,7 +300,7 @@ package struct ServeConfiguration: Sendable {
                     }
                 }
             default:
-                problem(k, "route: unknown key '\(k.string ?? "?")'; expected name, protocol, path, port, graph, keys, max_duration_s, max_bytes, idle_timeout_ms, max_frame_bytes, answer_buffer_ms")
+                problem(k, "route: unknown key '\(k.string ?? "?")'; expected name, protocol, path, port, graph, keys, max_duration_s, max_bytes, idle_timeout_ms, max_frame_bytes, answer_buffer_ms, codecs, rtp_timeout_s, ring_ms, media_address, jitter_ms")
             }
         }
         guard let kind else { if m["protocol"] == nil { problem(n, "route: missing `protocol:`") }; return nil }
@@ -301,11 +309,13 @@ package struct ServeConfiguration: Sendable {
         switch kind {
         case .wyoming where port == nil: problem(n, "route '\(routeName)': a wyoming route needs `port:` (TCP)"); return nil
         case .audiosocket where port == nil: problem(n, "route '\(routeName)': an audiosocket route needs `port:` (TCP)"); return nil
+        case .sip where port == nil: problem(n, "route '\(routeName)': a sip route needs `port:` (UDP and TCP, e.g. 5060)"); return nil
         case .tencentASR, .websocket, .twilio:
             if path == nil { problem(n, "route '\(routeName)': a \(kind.rawValue) route needs `path:`"); return nil }
             if kind == .tencentASR && keys.isEmpty { problem(n, "route '\(routeName)': a tencent-asr route needs `keys:` (appid → secret_id, secret_key)"); return nil }
         default: break
         }
+        if kind != .sip, let k = sipKeys.first { problem(k, "route '\(routeName)': `\(k.string ?? "")` is for sip routes only"); return nil }
         let graphPath = graph.hasPrefix("/") ? graph : (baseDir.isEmpty ? graph : baseDir + "/" + graph)
         let resolvedPath = FileManager.default.fileExists(atPath: graphPath) ? graphPath : graph
         let validated: ValidatedGraph
@@ -342,8 +352,8 @@ package struct ServeConfiguration: Sendable {
                              format: AudioFormat(sampleRate: c.rate, channels: c.channels), keys: keys, maxDurationS: maxDuration,
                              maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame, answer: nil, speakerID: sink.id)
             }
-            guard kind == .websocket || kind == .audiosocket || kind == .twilio else {
-                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only websocket, audiosocket and twilio routes send back"
+            guard kind == .websocket || kind == .audiosocket || kind == .twilio || kind == .sip else {
+                problem(n, "route '\(routeName)': the graph \(graph) answers with audio (app-sink '\(sink.id)'), which only websocket, audiosocket, twilio and sip routes send back"
                         + (kind == .wyoming ? " (a Wyoming speech synthesis graph has an app-source with id text and an app-sink with id speaker)" : ""))
                 return nil
             }
@@ -360,6 +370,6 @@ package struct ServeConfiguration: Sendable {
         }
         return Route(name: routeName, kind: kind, path: path, port: port, graphPath: resolvedPath, graph: validated, sourceID: source.id,
                      format: AudioFormat(sampleRate: c.rate, channels: c.channels), keys: keys, maxDurationS: maxDuration,
-                     maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame, answer: answer)
+                     maxBytes: maxBytes, idleTimeoutMs: idle, maxFrameBytes: maxFrame, answer: answer, sip: kind == .sip ? sipOptions : nil)
     }
 }

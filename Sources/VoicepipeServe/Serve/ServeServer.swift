@@ -177,6 +177,11 @@ package final class ServeServer: Sendable {
             state.withLock { $0.channels.append(c) }
             logger.info("route '\(route.name)': AudioSocket on TCP port \(c.localAddress?.port ?? route.port ?? 0)")
         }
+        for route in configuration.routes where route.kind == .sip {
+            let channels = try await SIPEndpoint.bind(server: self, route: route, group: group)
+            state.withLock { $0.channels += channels }
+            logger.info("route '\(route.name)': SIP on UDP and TCP port \(channels.first?.localAddress?.port ?? route.port ?? 0)")
+        }
         return channel.localAddress?.port ?? configuration.listen.port
     }
 

@@ -37,7 +37,7 @@ extension ServeConfiguration.FrontEnd {
     func sessionProtocol() -> any SessionProtocol {
         switch self {
         case .tencentASR: TencentSessionProtocol()
-        case .websocket, .wyoming, .audiosocket, .twilio: EventLinesProtocol()
+        case .websocket, .wyoming, .audiosocket, .twilio, .sip: EventLinesProtocol()
         }
     }
 }

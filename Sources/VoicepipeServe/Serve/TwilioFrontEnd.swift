@@ -6,34 +6,6 @@ import Nodes
 import PipelineCore
 import Synchronization
 
-/// G.711 µ-law (8-bit logarithmic samples of 14-bit linear audio), as telephone networks carry it.
-enum MuLaw {
-    private static let bias = 0x84
-    private static let clip = 32635
-
-    static func encode(_ sample: Int16) -> UInt8 {
-        var s = Int(sample)
-        let sign = s < 0 ? 0x80 : 0
-        if s < 0 { s = -s }
-        s = min(s, clip) + bias
-        var exponent = 7
-        var mask = 0x4000
-        while s & mask == 0 && exponent > 0 {
-            exponent -= 1
-            mask >>= 1
-        }
-        let mantissa = (s >> (exponent + 3)) & 0x0f
-        return ~UInt8(sign | exponent << 4 | mantissa)
-    }
-
-    static func decode(_ byte: UInt8) -> Int16 {
-        let u = Int(~byte)
-        let exponent = (u >> 4) & 0x07
-        let magnitude = (((u & 0x0f) << 3) + bias) << exponent
-        return Int16(u & 0x80 != 0 ? bias - magnitude : magnitude - bias)
-    }
-}
-
 /// The `twilio` route: Twilio Media Streams on a WebSocket path (Telnyx's media streaming has the same
 /// shape), one call per connection, each a session of the route's graph.
 ///
