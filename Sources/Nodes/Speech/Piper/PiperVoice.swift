@@ -1,6 +1,7 @@
 import COnnxRuntime
 import CoreNodes
 import Foundation
+import Logging
 import PipelineCore
 
 /// Where `tts` `engine: piper` finds its voice: `voice` is a model file (`….onnx`, with its
@@ -247,6 +248,10 @@ final class PiperVoice: Sendable {
             if let voice = voices[key] { return voice }
             let voice = try PiperVoice(model: model, threads: threads, variables: variables)
             voices[key] = voice
+            // A voice whose halves are stale or broken still speaks (whole pieces); said once, with the fix.
+            if let problem = voice.streamProblem {
+                Logger(label: "voicepipe.piper").warning("Piper voice \(voice.name) is not streamed (each piece's first audio waits for the whole piece): \(problem)")
+            }
             return voice
         }
     }
