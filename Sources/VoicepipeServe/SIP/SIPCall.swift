@@ -4,7 +4,6 @@ import NIOCore
 import NIOPosix
 import Nodes
 import PipelineCore
-import Synchronization
 
 /// One SIP call on a `sip` route (the UAS side of an INVITE dialog) and its session of the route's graph.
 ///
@@ -24,7 +23,7 @@ final class SIPCall: TelephoneCall {
     private let inbox: AsyncStream<Input>.Continuation
     private let stream: AsyncStream<Input>
     private let opened = ContinuousClock.now
-    private let running = Mutex<LiveSession?>(nil)
+    private let running = LockedValue<LiveSession?>(nil)
     var live: LiveSession? { running.withLock { $0 } }
 
     var server: ServeServer { endpoint.server }
@@ -44,9 +43,9 @@ final class SIPCall: TelephoneCall {
     }
 
     /// The call's media, once negotiated.
-    private let media = Mutex<CallMedia?>(nil)
+    private let media = LockedValue<CallMedia?>(nil)
     /// The 2xx (to the INVITE or a re-INVITE) repeated until its ACK, with its CSeq.
-    private let pending = Mutex<(response: SIPMessage, cseq: UInt32, timer: SIPRetransmission, sentAt: ContinuousClock.Instant)?>(nil)
+    private let pending = LockedValue<(response: SIPMessage, cseq: UInt32, timer: SIPRetransmission, sentAt: ContinuousClock.Instant)?>(nil)
 
     init(endpoint: SIPEndpoint, invite: SIPMessage, peer: SIPPeer) {
         self.endpoint = endpoint

@@ -1,8 +1,8 @@
 import Foundation
+import PipelineCore
 import Logging
 import NIOCore
 import NIOPosix
-import Synchronization
 
 /// Where a SIP message came from and how to answer it: a UDP source address on the route's socket, or
 /// a TCP connection.
@@ -44,7 +44,7 @@ final class SIPEndpoint: Sendable {
         var port = 0
         var registration: SIPRegistration?
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     static let allow = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, UPDATE"
 

@@ -1,7 +1,7 @@
 import Foundation
+import PipelineCore
 import Logging
 import NIOCore
-import Synchronization
 
 /// A `sip` route's registration (`register:`): REGISTER from the route's UDP port to the registrar,
 /// answered challenges (401/407, digest MD5), renewed at four fifths of the granted expiry, retried with
@@ -126,7 +126,7 @@ final class SIPRegistration: Sendable {
 
 /// A flag set once, read from another task.
 final class ManagedFlag: Sendable {
-    private let state = Mutex(false)
+    private let state = LockedValue(false)
     var value: Bool { state.withLock { $0 } }
     func set() { state.withLock { $0 = true } }
 }

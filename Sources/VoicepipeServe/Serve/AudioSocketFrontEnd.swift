@@ -4,7 +4,6 @@ import NIOCore
 import NIOPosix
 import Nodes
 import PipelineCore
-import Synchronization
 
 /// The `audiosocket` route: Asterisk's AudioSocket on a TCP port, one call per connection and each call a
 /// session of the route's graph.
@@ -176,7 +175,7 @@ final class AudioSocketCall: TelephoneCall {
     let channel: any Channel
     private let inbox: AsyncStream<Input>.Continuation
     private let opened = ContinuousClock.now
-    private let running = Mutex<LiveSession?>(nil)
+    private let running = LockedValue<LiveSession?>(nil)
     var live: LiveSession? { running.withLock { $0 } }
 
     private enum Input: Sendable {
@@ -199,7 +198,7 @@ final class AudioSocketCall: TelephoneCall {
         var lastInput = ContinuousClock.now
         var ended = false
     }
-    private let outbound = Mutex(Outbound())
+    private let outbound = LockedValue(Outbound())
 
     init(server: ServeServer, route: ServeConfiguration.Route, channel: any Channel) {
         self.server = server

@@ -1,6 +1,6 @@
 import Foundation
+import PipelineCore
 import NATSClient
-import Synchronization
 
 /// The server's counters and gauges, rendered in Prometheus' text exposition format (version 0.0.4)
 /// at `/metrics`. Labels are route names and error codes (bounded sets: routes come from the
@@ -22,7 +22,7 @@ final class ServeMetrics: Sendable {
         var answerDropped: [String: Int] = [:]
         var answerDroppedSeconds: [String: Double] = [:]
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     let started = ContinuousClock.now
 
     func sessionStarted(route: String) { state.withLock { $0.active[route, default: 0] += 1 } }

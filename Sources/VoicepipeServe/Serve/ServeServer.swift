@@ -7,7 +7,6 @@ import NIOWebSocket
 import NATSClient
 import Nodes
 import PipelineCore
-import Synchronization
 import Wyoming
 
 /// The HTTP/WebSocket server of `voicepipe serve`: `/healthz`, `/readyz`, `/metrics`, and a WebSocket
@@ -32,7 +31,7 @@ package final class ServeServer: Sendable {
         /// they are admitted even while draining, and the drain waits for them.
         var pending = 0
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     /// Session events on NATS JetStream (`nats:` in the configuration).
     let events: NATSEventPublisher?
     /// The talk page and the console (Web/).

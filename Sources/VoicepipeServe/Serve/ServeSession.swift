@@ -5,7 +5,6 @@ import NIOHTTP1
 import NIOWebSocket
 import Nodes
 import PipelineCore
-import Synchronization
 
 /// One WebSocket connection of `voicepipe serve`: a fresh instance of the route's graph, fed with the
 /// connection's audio (little-endian s16 PCM in the format of the graph's `app-source`) and answering
@@ -59,7 +58,7 @@ final class ServeSession: Sendable {
         /// What the console shows of this session, once its graph runs.
         var live: LiveSession?
     }
-    private let state: Mutex<State>
+    private let state: LockedValue<State>
 
     /// The running graph, for the console (nil before it starts).
     var live: LiveSession? { state.withLock { $0.live } }
@@ -74,7 +73,7 @@ final class ServeSession: Sendable {
         self.head = head
         self.captures = captures
         self.channel = channel
-        state = Mutex(State(wire: route.kind.sessionProtocol(), outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
+        state = LockedValue(State(wire: route.kind.sessionProtocol(), outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
         (messages, inbox) = AsyncStream.makeStream(of: Inbound.self, bufferingPolicy: .unbounded)
     }
 

@@ -2,7 +2,6 @@ import Foundation
 import NATSClient
 import Nodes
 import PipelineCore
-import Synchronization
 
 /// A session's events on NATS JetStream, when the serve configuration has `nats:` (otherwise every call
 /// does nothing): `started` once admitted, the graph's events as they come (filtered by `nats.events`),
@@ -13,7 +12,7 @@ import Synchronization
 /// part of the session's one `finished`.
 struct SessionEvents: Sendable {
     private final class Texts: Sendable {
-        let list = Mutex<[String]>([])
+        let list = LockedValue<[String]>([])
     }
     private let texts = Texts()
     let server: ServeServer

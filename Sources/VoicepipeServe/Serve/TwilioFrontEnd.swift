@@ -4,7 +4,6 @@ import NIOCore
 import NIOWebSocket
 import Nodes
 import PipelineCore
-import Synchronization
 
 /// The `twilio` route: Twilio Media Streams on a WebSocket path (Telnyx's media streaming has the same
 /// shape), one call per connection, each a session of the route's graph.
@@ -25,7 +24,7 @@ final class TwilioCall: TelephoneCall {
     let channel: any Channel
     private let inbox: AsyncStream<Input>.Continuation
     private let opened = ContinuousClock.now
-    private let running = Mutex<LiveSession?>(nil)
+    private let running = LockedValue<LiveSession?>(nil)
     var live: LiveSession? { running.withLock { $0 } }
 
     enum Input: Sendable {
@@ -51,7 +50,7 @@ final class TwilioCall: TelephoneCall {
         var closed = false
         var counter = 0
     }
-    private let outbound = Mutex(Outbound())
+    private let outbound = LockedValue(Outbound())
 
     init(server: ServeServer, route: ServeConfiguration.Route, channel: any Channel) {
         self.server = server

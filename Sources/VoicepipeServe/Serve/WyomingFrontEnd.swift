@@ -4,7 +4,6 @@ import NIOCore
 import NIOPosix
 import Nodes
 import PipelineCore
-import Synchronization
 import Wyoming
 
 /// The `wyoming` route: Home Assistant's voice protocol over TCP, speech-to-text side. `describe` is
@@ -93,7 +92,7 @@ final class WyomingServeConnection: Sendable {
     let channel: any Channel
     private let inbox: AsyncStream<Input>.Continuation
     /// When the connection last received an event, and whether a transcription is open.
-    private let activity = Mutex<(last: ContinuousClock.Instant, open: Bool)>((.now, false))
+    private let activity = LockedValue<(last: ContinuousClock.Instant, open: Bool)>((.now, false))
 
     /// What the connection's task acts on, in order.
     private enum Input: Sendable {
@@ -152,7 +151,7 @@ final class WyomingServeConnection: Sendable {
 
     /// Final texts collected from a session's events.
     private final class Finals: Sendable {
-        private let texts = Mutex<[String]>([])
+        private let texts = LockedValue<[String]>([])
         func append(_ t: String) { texts.withLock { $0.append(t) } }
         var joined: String { texts.withLock { $0.joined(separator: " ") } }
     }

@@ -3,7 +3,6 @@ import NIOCore
 import NIOPosix
 import Nodes
 import PipelineCore
-import Synchronization
 
 /// A telephone call's media, whichever side placed the call: its RTP socket, the caller's packets through
 /// ``RTPInbound`` and the jitter buffer into the graph's `app-source` (decoded, converted to the graph's
@@ -42,8 +41,8 @@ final class CallMedia: Sendable {
     let graphFormat: AudioFormat
     let answerBufferMs: Int
     private let report: @Sendable (Report) -> Void
-    private let state: Mutex<State>
-    private let channel = Mutex<(any Channel)?>(nil)
+    private let state: LockedValue<State>
+    private let channel = LockedValue<(any Channel)?>(nil)
     private let opened = ContinuousClock.now
     private let clock = ContinuousClock()
 
@@ -62,7 +61,7 @@ final class CallMedia: Sendable {
         s.remote = try? SocketAddress.makeAddressResolvingHost(n.remoteAddress, port: n.remotePort)
         s.peerSends = n.remoteDirection.sends
         s.weSend = n.remoteDirection.receives
-        state = Mutex(s)
+        state = LockedValue(s)
     }
 
     /// Binds the call's RTP socket (UDP; port 0: one of the kernel's choosing) on `host`; returns the port.

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import PipelineCore
 
 /// G.722 (64 kbit/s wideband, 16 kHz audio; RTP payload type 9) from spandsp, loaded with `dlopen` on first
 /// use: nothing links against it at build time, and a route that never negotiates G.722 never loads it.
@@ -23,7 +23,7 @@ struct G722Library: @unchecked Sendable {
         var description: String
     }
 
-    private static let loaded = Mutex<Result<G722Library, Missing>?>(nil)
+    private static let loaded = LockedValue<Result<G722Library, Missing>?>(nil)
 
     static func shared(environment: [String: String] = ProcessInfo.processInfo.environment) throws(Missing) -> G722Library {
         let r = loaded.withLock { state -> Result<G722Library, Missing> in

@@ -1,6 +1,5 @@
 import Foundation
 import PipelineCore
-import Synchronization
 
 /// The JSON the console page reads: a session list, a pipeline's graph with its layout, and its live
 /// figures. Only ids, types, routes and measurements: never a node's configuration (keys, URLs).
@@ -73,7 +72,7 @@ enum ConsoleSnapshot {
 /// The last events of one pipeline, gathered while a viewer watches it (bounded: older ones are
 /// dropped when the viewer is slower than the events).
 final class EventTail: Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = LockedValue<[String]>([])
     let limit: Int
 
     init(limit: Int = 64) { self.limit = limit }

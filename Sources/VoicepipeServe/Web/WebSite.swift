@@ -1,4 +1,5 @@
 import Foundation
+import PipelineCore
 import NIOCore
 import NIOHTTP1
 import Synchronization
@@ -19,7 +20,7 @@ final class WebSite: Sendable {
     let talkRoutes: [TalkRoute]
     /// `voicepipe run --console`: no talk page (`/` leads to the console).
     let consoleOnly: Bool
-    private let provider: Mutex<@Sendable () -> [LiveSession]>
+    private let provider: LockedValue<@Sendable () -> [LiveSession]>
     /// Console viewers connected now, and updates skipped because a viewer did not keep up.
     let viewers = Atomic<Int>(0)
     let skippedUpdates = Atomic<Int>(0)
@@ -28,7 +29,7 @@ final class WebSite: Sendable {
         self.access = access
         self.talkRoutes = talkRoutes
         self.consoleOnly = consoleOnly
-        provider = Mutex(sessions)
+        provider = LockedValue(sessions)
     }
 
     /// The running pipelines the console lists.
