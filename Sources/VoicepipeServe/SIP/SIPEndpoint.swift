@@ -48,6 +48,16 @@ final class SIPEndpoint: Sendable {
 
     static let allow = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, UPDATE"
 
+    /// A TCP connection that carries no call and sends nothing for `tcp_idle_s` (default 64 s) is closed
+    /// (counted as `sip_tcp_idle`): a silent client cannot hold connections open. A connection a call's
+    /// signalling uses stays open for the call.
+    var tcpIdle: TimeAmount { .seconds(Int64(options.tcpIdleS)) }
+
+    /// True when a call in progress signals over `channel`.
+    func carriesCall(_ channel: any Channel) -> Bool {
+        state.withLock { s in s.calls.values.contains { $0.peer.reliable && $0.peer.channel === channel } }
+    }
+
     init(server: ServeServer, route: ServeConfiguration.Route, group: any EventLoopGroup) {
         self.server = server
         self.route = route
@@ -236,9 +246,32 @@ private final class SIPStreamHandler: ChannelInboundHandler {
     private var framer = SIPStreamFramer()
     private var failed = false
 
+    /// Whether bytes came since the idle check last ran.
+    private let heard = LockedValue(true)
+    private var idleCheck: RepeatedTask?
+
     init(endpoint: SIPEndpoint) { self.endpoint = endpoint }
 
+    func channelActive(context: ChannelHandlerContext) {
+        let channel = context.channel, endpoint = self.endpoint, heard = self.heard
+        idleCheck = channel.eventLoop.scheduleRepeatedTask(initialDelay: endpoint.tcpIdle, delay: endpoint.tcpIdle) { task in
+            let quiet = heard.withLock { h in defer { h = false }; return !h }
+            if quiet && !endpoint.carriesCall(channel) {
+                endpoint.server.metrics.error(route: endpoint.route.name, code: "sip_tcp_idle")
+                task.cancel()
+                channel.close(promise: nil)
+            }
+        }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        idleCheck?.cancel()
+        context.fireChannelInactive()
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        heard.withLock { $0 = true }
         guard !failed, let address = context.channel.remoteAddress else { return }
         var buffer = unwrapInboundIn(data)
         let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []

@@ -6,6 +6,8 @@ struct SIPRouteOptions: Sendable {
     var codecs: [TelephoneCodec] = [.pcmu, .pcma, .g722, .opus]
     /// A call whose caller sends no RTP for this long ends with a BYE (0: never).
     var rtpTimeoutS = 30
+    /// A TCP connection that carries no call and sends nothing for this long is closed.
+    var tcpIdleS = 64
     /// How long the call rings (180) before it is answered: a caller may CANCEL meanwhile.
     var ringMs = 0
     /// The address written into SDP for RTP (behind NAT: the public one); else the address the call reached.
@@ -39,6 +41,7 @@ struct SIPRouteOptions: Sendable {
             }
             if !out.isEmpty { codecs = out }
         case "rtp_timeout_s": rtpTimeoutS = int(v, "rtp_timeout_s", 0...3600) ?? rtpTimeoutS
+        case "tcp_idle_s": tcpIdleS = int(v, "tcp_idle_s", 1...3600) ?? tcpIdleS
         case "ring_ms": ringMs = int(v, "ring_ms", 0...60_000) ?? ringMs
         case "media_address":
             guard let a = v.string, !a.isEmpty, !a.contains(" ") else { problem(v, "media_address: expected an IP address"); return }

@@ -284,7 +284,7 @@ package struct ServeConfiguration: Sendable {
             case "idle_timeout_ms": idle = int(v, "idle_timeout_ms", 100...3_600_000) ?? idle
             case "max_frame_bytes": maxFrame = int(v, "max_frame_bytes", 1024...(16 << 20)) ?? maxFrame
             case "answer_buffer_ms": answerBuffer = int(v, "answer_buffer_ms", 100...600_000) ?? answerBuffer
-            case "codecs", "rtp_timeout_s", "ring_ms", "media_address", "register", "jitter_ms":
+            case "codecs", "rtp_timeout_s", "tcp_idle_s", "ring_ms", "media_address", "register", "jitter_ms":
                 sipKeys.append(k)
                 sipOptions.parse(key: k.string ?? "", value: v, problem: problem, int: int)
             case "keys":
