@@ -25,9 +25,11 @@ struct SIPMessage: Sendable, Equatable {
         a.start == b.start && a.body == b.body && a.headers.map { "\($0.name):\($0.value)" } == b.headers.map { "\($0.name):\($0.value)" }
     }
 
-    var method: String? { if case .request(let m, _) = start { m } else { nil } }
+    // Not inlined: inlined into SIPDialer's call loop, these switches crash Swift 6.3.1's optimizer
+    // (CopyPropagation: "Found outside of lifetime use") in a release build.
+    @inline(never) var method: String? { if case .request(let m, _) = start { m } else { nil } }
     var requestURI: String? { if case .request(_, let u) = start { u } else { nil } }
-    var status: Int? { if case .response(let s, _) = start { s } else { nil } }
+    @inline(never) var status: Int? { if case .response(let s, _) = start { s } else { nil } }
 
     /// The first value of a header field (any case; compact forms are stored long).
     subscript(_ name: String) -> String? {
