@@ -53,6 +53,9 @@ struct ServeCommand: AsyncParsableCommand {
             print("\(file): ok (\(config.routes.count) route\(config.routes.count == 1 ? "" : "s"))")
             return
         }
+        // The level applies to every session's graph too (their nodes log through their own loggers):
+        // `--log-level debug` shows, say, each Whisper decoding of every session.
+        LogBootstrap.once(level: Logger.Level(rawValue: logLevel) ?? .info)
         var logger = Logger(label: "voicepipe.serve")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         let server: ServeServer

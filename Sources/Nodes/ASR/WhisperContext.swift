@@ -107,6 +107,35 @@ enum WhisperGuard {
         return nil
     }
 
+    /// Where a decoding that "starts its sentence over" ends its first sentence, or nil: the text is one
+    /// sentence of at least three words closed by `.`, `?` or `!`, then that same sentence again and again
+    /// (the last copy may be cut off, even inside a word) and nothing else. tiny.en does this in a reduced
+    /// context ("Close the window in the bedroom. Close the window in the bedroom. Close the window in t"
+    /// for a 2 s utterance at 256 frames: 31 tokens; again twice at 512; once in the whole window); the
+    /// first copy is what the whole window hears, at a fraction of the cost. The result is a byte offset
+    /// into `text`'s UTF-8.
+    static func sentenceSaidOver(_ text: String) -> Int? {
+        let bytes = Array(text.utf8)
+        func words(_ slice: ArraySlice<UInt8>) -> [String] {
+            String(decoding: slice, as: UTF8.self).lowercased().split(whereSeparator: { $0.isWhitespace })
+                .map { $0.filter { $0.isLetter || $0.isNumber } }.filter { !$0.isEmpty }
+        }
+        // The first sentence end: a closing mark followed by a space (the sentence said again after it).
+        guard let end = bytes.indices.first(where: { i in
+            [UInt8(ascii: "."), UInt8(ascii: "?"), UInt8(ascii: "!")].contains(bytes[i]) && i + 1 < bytes.count && bytes[i + 1] == UInt8(ascii: " ")
+        }) else { return nil }
+        let sentence = words(bytes[...end])
+        let rest = words(bytes[(end + 1)...])
+        guard sentence.count >= 3, !rest.isEmpty else { return nil }
+        for (i, word) in rest.enumerated() {
+            let expected = sentence[i % sentence.count]
+            if word == expected { continue }
+            // Only the very last word may be cut short.
+            guard i == rest.count - 1, expected.hasPrefix(word) else { return nil }
+        }
+        return end + 1
+    }
+
     /// True when a run of 1 to 4 words repeats back to back (a single word 5 times, a longer phrase 4 times),
     /// or a run of 3 words or more is said twice in a row (a decoder that starts its sentence over).
     static func repeats(_ words: [String]) -> Bool {

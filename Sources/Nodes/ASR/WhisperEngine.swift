@@ -186,6 +186,13 @@ public struct WhisperEngine: ASREngine {
                             }
                             if let decoding {
                                 logger.debug("whisper: utterance \(utterance.voiceID): \(audio.count / 16) ms decoded in \(Int(decoding.decodeMs)) ms after \(Int(decoding.queuedMs)) ms queued, audio_ctx \(decoding.audioContext), mean log p \(String(format: "%.2f", decoding.meanLogProbability))\(decoding.retries.isEmpty ? "" : " after retries (\(decoding.retries.joined(separator: ", ")))")\(ahead != nil ? " (ahead)" : "")")
+                                for turnedDown in decoding.rejected {
+                                    logger.debug("whisper: utterance \(utterance.voiceID): turned down: \(turnedDown)")
+                                }
+                                if let reason = decoding.loopCut {
+                                    logger.debug("whisper: utterance \(utterance.voiceID): the sentence was said over (\(reason)); kept its first copy")
+                                    counters.count("whisper_loops_cut")
+                                }
                                 for reason in decoding.retries {
                                     counters.count("whisper_retries")
                                     counters.count("whisper_guard_" + reason)

@@ -237,6 +237,11 @@ struct WhisperDecoding: Sendable {
     var audioContext: Int = WhisperAudioContext.window
     /// The checks that tripped on earlier tries (``WhisperGuard``), in order; empty when the first try stood.
     var retries: [String] = []
+    /// Set when a final said its one sentence over and over and was cut to its first copy (the check that
+    /// tripped); the cut text passed every check.
+    var loopCut: String?
+    /// The tries a check turned down, for the debug log: context, check, cost and the start of their text.
+    var rejected: [String] = []
     /// Set on a partial whose only try failed a check: it is not shown.
     var guarded: String?
 
@@ -469,8 +474,10 @@ final class WhisperDecoderPool: @unchecked Sendable {
         let durationMs = job.samples.count / 16
         let ladder = job.request.audioContext.ladder(samples: job.samples.count)
         var retries: [String] = []
+        var rejected: [String] = []
         var decoding = WhisperDecoding(segments: [], language: nil, decodeMs: 0)
         for (index, audioContext) in ladder.enumerated() {
+            let tryStarted = ContinuousClock.now
             decoding = try runOnce(job, threads: threads, audioContext: audioContext, durationMs: durationMs, state: state, abort: abort)
             decoding.audioContext = audioContext
             let last = index == ladder.count - 1
@@ -483,12 +490,46 @@ final class WhisperDecoderPool: @unchecked Sendable {
                 decoding.guarded = failure
                 break
             }
+            // A sentence said over: its first copy stands when it passes the checks on its own.
+            if failure == "repetition" || failure == "token_limit" || failure == "length", let cut = Self.firstSentence(of: decoding),
+               WhisperGuard.failure(text: cut.segments.map(\.text).joined(separator: " "), tokensPerSegment: cut.segments.map(\.rawTokenCount),
+                                    durationMs: durationMs, meanLogProbability: cut.meanLogProbability) == nil {
+                decoding = cut
+                decoding.loopCut = failure
+                break
+            }
             retries.append(failure)
+            let cost = (ContinuousClock.now - tryStarted).components
+            let tokens = decoding.segments.map(\.rawTokenCount).reduce(0, +)
+            rejected.append("audio_ctx \(audioContext): \(failure) after \(cost.seconds * 1000 + cost.attoseconds / 1_000_000_000_000_000) ms, "
+                            + "\(tokens) tokens, \"\(text.trimmingCharacters(in: .whitespaces).prefix(120))\"")
         }
         let elapsed = ContinuousClock.now - started
         decoding.decodeMs = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
         decoding.retries = retries
+        decoding.rejected = rejected
         return decoding
+    }
+
+    /// The decoding cut after the first copy of a sentence it said over and over (``WhisperGuard/sentenceSaidOver(_:)``),
+    /// or nil: one segment only, its text and tokens cut at the first copy's end.
+    static func firstSentence(of decoding: WhisperDecoding) -> WhisperDecoding? {
+        guard decoding.segments.count == 1, let segment = decoding.segments.first,
+              let end = WhisperGuard.sentenceSaidOver(segment.text) else { return nil }
+        var kept: [WhisperToken] = []
+        var bytes = 0
+        for token in segment.tokens {
+            guard bytes + token.bytes.count <= end else { break }
+            bytes += token.bytes.count
+            kept.append(token)
+        }
+        guard !kept.isEmpty else { return nil }
+        var cut = decoding
+        cut.segments[0].text = String(decoding: Array(segment.text.utf8).prefix(end), as: UTF8.self)
+        cut.segments[0].tokens = kept
+        // The kept text tokens and the control tokens around them (start, timestamps, end).
+        cut.segments[0].rawTokenCount = kept.count + 3
+        return cut
     }
 
     private func runOnce(_ job: Job, threads: Int, audioContext: Int, durationMs: Int, state: OpaquePointer,

@@ -70,6 +70,38 @@ struct WhisperContextTests {
         #expect(WhisperGuard.failure(text: "", tokensPerSegment: [1], durationMs: 600) == nil)
     }
 
+    @Test("a sentence said over and over is cut to its first copy; anything else is not")
+    func sentenceSaidOver() {
+        let loop = " Close the window in the bedroom. Close the window in the bedroom. Close the window in t"
+        let end = WhisperGuard.sentenceSaidOver(loop)
+        #expect(end.map { String(decoding: Array(loop.utf8).prefix($0), as: UTF8.self) } == " Close the window in the bedroom.")
+        #expect(WhisperGuard.sentenceSaidOver("Users will join the conference. Users will join the conference.") == 31)
+        #expect(WhisperGuard.sentenceSaidOver("What is it? What is it? What") != nil)
+        // Not a loop of the first sentence: two sentences, a different second one, a short first one, one sentence.
+        #expect(WhisperGuard.sentenceSaidOver("Close the window. Open the door.") == nil)
+        #expect(WhisperGuard.sentenceSaidOver("Close the window in the bedroom. Close the window in the kitchen.") == nil)
+        #expect(WhisperGuard.sentenceSaidOver("Help me. Help me. Help me.") == nil)
+        #expect(WhisperGuard.sentenceSaidOver("Close the window in the bedroom.") == nil)
+        #expect(WhisperGuard.sentenceSaidOver("No, no, no, no, no, no.") == nil)
+
+        // The decoding is cut with its tokens: the words of the first copy and their times stay.
+        func token(_ text: String, _ t0: Int64) -> WhisperToken { WhisperToken(bytes: Array(text.utf8), probability: 0.9, t0: t0, t1: t0 + 20) }
+        let words = [" Close", " the", " window", " in", " the", " bedroom", "."]
+        let tokens = (words + words + [" Close", " the"]).enumerated().map { token($0.element, Int64($0.offset) * 20) }
+        let decoding = WhisperDecoding(segments: [WhisperSegment(text: tokens.map { String(decoding: $0.bytes, as: UTF8.self) }.joined(), t0: 0, t1: 212,
+                                                                 noSpeech: 0, tokens: tokens, rawTokenCount: 31)],
+                                       language: "en", decodeMs: 0)
+        #expect(WhisperGuard.failure(text: decoding.segments[0].text, tokensPerSegment: [31], durationMs: 2_120) == "token_limit")
+        let cut = WhisperDecoderPool.firstSentence(of: decoding)
+        #expect(cut?.segments.first?.text == " Close the window in the bedroom.")
+        #expect(cut?.segments.first?.tokens.count == words.count)
+        #expect(cut.map { WhisperGuard.failure(text: $0.segments[0].text, tokensPerSegment: [$0.segments[0].rawTokenCount], durationMs: 2_120) } == .some(nil))
+        // Two segments: left to the larger context.
+        var two = decoding
+        two.segments.append(decoding.segments[0])
+        #expect(WhisperDecoderPool.firstSentence(of: two) == nil)
+    }
+
     @Test("the core budget: decodings allowed follow the free cores, at least one")
     func budget() {
         #expect(CoreBudget(cores: 2, fixedFree: 2).decodersAllowed == 2)
