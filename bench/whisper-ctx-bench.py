@@ -95,9 +95,9 @@ links:
 """
 
 
-def run_voicepipe(binary, tmp, wav, ctx, threads, paced):
-    graph = os.path.join(tmp, f"g-{ctx}-{paced}.yaml")
-    open(graph, "w").write(GRAPH.format(wav=wav, model=MODEL, threads=threads, ctx=ctx, paced="true" if paced else "false"))
+def run_voicepipe(binary, tmp, wav, ctx, threads, paced, model=MODEL, tag=""):
+    graph = os.path.join(tmp, f"g-{ctx}-{paced}{tag}.yaml")
+    open(graph, "w").write(GRAPH.format(wav=wav, model=model, threads=threads, ctx=ctx, paced="true" if paced else "false"))
     t0 = time.monotonic()
     p = subprocess.Popen([binary, "run", graph, "--stats", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = []
@@ -166,6 +166,15 @@ def spin(n):
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+def models(args):
+    """--models: (label, path) of the other ggml files run with audio_ctx auto beside the default model."""
+    out = []
+    for item in [x for x in args.models.split(",") if x]:
+        label, _, path = item.partition("=")
+        out.append((label, os.path.abspath(path)))
+    return out
+
+
 def measure(args, tmp, wav, spans, load):
     spinners = spin(load)
     try:
@@ -174,6 +183,9 @@ def measure(args, tmp, wav, spans, load):
         for ctx in args.contexts.split(","):
             events, counters, wall = run_voicepipe(args.voicepipe, tmp, wav, ctx, args.threads, paced=False)
             r[ctx] = dict(events=events, finals=finals_of(events), counters=counters, wall=wall)
+        for label, path in models(args):
+            events, counters, wall = run_voicepipe(args.voicepipe, tmp, wav, "auto", args.threads, paced=False, model=path, tag=label)
+            r["auto " + label] = dict(events=events, finals=finals_of(events), counters=counters, wall=wall)
         utt = [(f["start_ms"], f["end_ms"]) for f in r["auto"]["finals"]]
         for compute in args.compute.split(","):
             r["fw-" + compute] = dict(results=faster_whisper(args.python, wav, utt, args.threads, compute))
@@ -208,6 +220,13 @@ def report(args, spans, runs):
             hyp = assign(fin, spans)
             vs_fw = wer_total(fw_texts, [f.get("text", "") for f in r["auto"]["finals"]]) if ctx == "auto" else float("nan")
             rows.append((f"voicepipe audio_ctx {ctx}", len(fin), ms, sum(ms) / 1000, wer_total(refs, hyp), vs_fw))
+        for label, _ in models(args):
+            fin = r["auto " + label]["finals"]
+            ms = [f.get("decode_ms", 0) for f in fin]
+            c = r["auto " + label]["counters"]
+            rows.append((f"voicepipe audio_ctx auto, {label} (retries {c.get('whisper_retries', 0)}, loops cut {c.get('whisper_loops_cut', 0)})",
+                         len(fin), ms, sum(ms) / 1000, wer_total(refs, assign(fin, spans)),
+                         wer_total(fw_texts, [f.get("text", "") for f in fin]) if len(fin) == len(fw_texts) else float("nan")))
         for compute in args.compute.split(","):
             res = r["fw-" + compute]["results"]
             ms = [x["ms"] for x in res]
@@ -222,11 +241,16 @@ def report(args, spans, runs):
             fw_sum = sum(x["ms"] for x in r["fw-" + compute]["results"]) / 1000
             L.append(f"- voicepipe (auto) decodes {fw_sum / auto_sum:.2f}× as fast as faster-whisper {compute} on the same utterances "
                      f"({auto_sum:.2f} s against {fw_sum:.2f} s).")
+            for label, _ in models(args):
+                m_sum = sum(f.get("decode_ms", 0) for f in r["auto " + label]["finals"]) / 1000
+                if m_sum:
+                    L.append(f"- voicepipe (auto, {label}) decodes {fw_sum / m_sum:.2f}× as fast as faster-whisper {compute} "
+                             f"({m_sum:.2f} s against {fw_sum:.2f} s; its own utterances, cut by the same VAD).")
         c = r["auto"]["counters"]
         guards = ", ".join(f"{k[len('whisper_guard_'):]}: {v}" for k, v in sorted(c.items()) if k.startswith("whisper_guard_")) or "none"
         L.append(f"- Checks that sent a decoding back to a larger context (as fast as possible, auto): "
                  f"{c.get('whisper_retries', 0)} of {len(r['auto']['finals'])} finals "
-                 f"({guards}); "
+                 f"({guards}); sentences said over and cut to their first copy: {c.get('whisper_loops_cut', 0)}; "
                  f"{c.get('whisper_full_window_retries', 0)} went on to the whole window. Partials skipped: {c.get('whisper_partials_skipped', 0)}.")
         if "full" in r and "auto" in r:
             # Where the sized context and the whole window heard a sentence differently: what the WER gap is made of.
@@ -265,6 +289,8 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="at most this many sentences (0: all)")
     ap.add_argument("--contexts", default="auto,full", help="voicepipe audio_ctx values to run, comma-separated (auto first)")
     ap.add_argument("--no-paced", action="store_true")
+    ap.add_argument("--models", default="", help="LABEL=PATH,...: other ggml models (quantized files) run with audio_ctx auto beside "
+                    "the default, e.g. q8_0=.deps/whisper/models/ggml-tiny.en-q8_0.bin")
     ap.add_argument("--out", default="bench/results/whisper-ctx.md")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="whisper-ctx-")
