@@ -88,6 +88,12 @@ enum WhisperGuard {
     /// "Followed by the pound key"); the whole window on the same audio -0.65 and -0.53, right.
     static let confidenceThreshold = -0.6
 
+    /// The mean log-probability a sentence said over must keep, cut to its first copy, to stand without a larger
+    /// context: the top of ``confidenceThreshold``'s range, where the measured correct decodings lie (-0.05 to
+    /// -0.37). Below it the first copy may be misheard: "Please turn on the lights in the garaja." (-0.44, flite),
+    /// which 512 frames hear right.
+    static let loopCutConfidence = -0.4
+
     /// Audio at least this long that decodes to no word at all is decoded again (a short context that
     /// missed the speech the VAD heard).
     static let wordlessMs = 1000

@@ -492,6 +492,7 @@ final class WhisperDecoderPool: @unchecked Sendable {
             }
             // A sentence said over: its first copy stands when it passes the checks on its own.
             if failure == "repetition" || failure == "token_limit" || failure == "length", let cut = Self.firstSentence(of: decoding),
+               cut.meanLogProbability >= WhisperGuard.loopCutConfidence,
                WhisperGuard.failure(text: cut.segments.map(\.text).joined(separator: " "), tokensPerSegment: cut.segments.map(\.rawTokenCount),
                                     durationMs: durationMs, meanLogProbability: cut.meanLogProbability) == nil {
                 decoding = cut

@@ -96,6 +96,11 @@ struct WhisperContextTests {
         #expect(cut?.segments.first?.text == " Close the window in the bedroom.")
         #expect(cut?.segments.first?.tokens.count == words.count)
         #expect(cut.map { WhisperGuard.failure(text: $0.segments[0].text, tokensPerSegment: [$0.segments[0].rawTokenCount], durationMs: 2_120) } == .some(nil))
+        // The cut is kept only when the decoder was sure of it (mean log-probability at or above loopCutConfidence).
+        #expect(cut.map { $0.meanLogProbability >= WhisperGuard.loopCutConfidence } == true)
+        var unsure = decoding
+        unsure.segments[0].tokens = unsure.segments[0].tokens.map { var t = $0; t.probability = 0.6; return t }
+        #expect(WhisperDecoderPool.firstSentence(of: unsure).map { $0.meanLogProbability < WhisperGuard.loopCutConfidence } == true)
         // Two segments: left to the larger context.
         var two = decoding
         two.segments.append(decoding.segments[0])
