@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """`voicepipe serve` with Whisper (pipelines/serve-whisper.yaml) against PocketSphinx
 (pipelines/serve-recognizer.yaml) on one worker: memory and threads per session, and how many
-real-time sessions one worker keeps under 1.5 s from end of speech to final.
+real-time sessions one worker keeps within --budget (1.5 s unless told) from the VAD's speech_end to final.
 
     bench/serve-whisper.py [--voicepipe .build-release/release/voicepipe] [--levels 1,2,4,8,12,16,24]
                            [--memory-levels 1,10,50] [--sweeps ENGINE:START,...] [--whisper-params 'threads: 1']
-                           [--out bench/results/serve-whisper.md] [--smoke]
+                           [--budget 1.0] [--busy 1] [--out bench/results/serve-whisper.md] [--smoke]
 
 Every measurement starts a fresh server (a serve configuration written to a temporary directory: one
 `websocket` route, /ws/recognize, on the engine's graph) and talks to it as clients do: binary
