@@ -402,9 +402,6 @@ public enum GraphLoader {
             let id = k.string ?? ""
             if let at = position(k), repeated.contains(at) { continue }
             let at = loc(k, file)
-            if id.isEmpty || id.contains(where: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
-                spec.issues.append(GraphIssue(.structure, at: at, node: id, "node id may use letters, digits, '_' and '-' only"))
-            }
             guard let params = v.mapping else {
                 spec.issues.append(GraphIssue(.structure, at: loc(v, file), node: id, "a node is a mapping with at least `type:`"))
                 continue
@@ -438,9 +435,6 @@ public enum GraphLoader {
                     ns.params[key] = (value(pv), loc(pk, file))
                     ns.paramOrder.append(key)
                 }
-            }
-            if ns.type.isEmpty {
-                spec.issues.append(GraphIssue(.missingParameter, at: at, node: id, "missing `type:`"))
             }
             spec.nodes.append(ns)
         }
