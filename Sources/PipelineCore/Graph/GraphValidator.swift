@@ -154,6 +154,10 @@ public enum GraphValidator {
                                              "unknown node type '\(shown(ns.type))'\(hint); `voicepipe nodes` lists the types"))
                     continue
                 }
+                for problem in registry.declarationProblems(d.type) {
+                    issues.append(GraphIssue(.invalidParameter, at: ns.typeLocation, node: ns.id,
+                                             "node type \(d.type)\(d.plugin.map { " (plugin \($0.name))" } ?? "") declares its parameters inconsistently: \(problem)"))
+                }
                 var values: [String: ParamValue] = [:]
                 for key in ns.paramOrder {
                     guard let (value, at) = ns.params[key] else { continue }
