@@ -21,7 +21,7 @@ struct ExecutorTests {
     var registry: NodeRegistry {
         var r = testRegistry()
         r.register(NodeDescriptor(type: "probe", summary: "executor probe", outputs: [PortSpec("out", [.audio]), .events],
-                                  make: { _ in ExecutorProbe() }))
+                                  fusable: true, make: { _ in ExecutorProbe() }))
         return r
     }
 

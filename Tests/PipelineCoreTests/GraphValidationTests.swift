@@ -123,6 +123,26 @@ struct GraphValidationTests {
         expectIssue(list, .unknownType, line: 3, column: 14, node: "b")
     }
 
+    @Test("repeats the parser sees however they are written: quoted either way, in a flow mapping across lines, a quoted node id")
+    func repeatsAsTheParserSeesThem() {
+        let list = issues("""
+            nodes:
+              a: { type: scripted-source, "count": 2,
+                   'count': 3 }
+              b: {
+                type: pass,
+                type: pass
+              }
+              "c": { type: collect, key: k }
+              c: { type: collect, key: k }
+            links: [ "a -> b -> c" ]
+            """)
+        let repeated = list.filter { $0.kind == .duplicateID }
+        #expect(repeated.map { "\($0.location.line):\($0.location.column) \($0.node ?? "-")" } == ["3:8 a", "6:5 b", "9:3 c"], "\(list)")
+        // Nothing else is wrong: each node kept its first value and the links resolve.
+        #expect(list.count == 3, "\(list)")
+    }
+
     @Test("links between incompatible kinds or formats are refused")
     func incompatible() {
         let list = issues("""

@@ -11,12 +11,10 @@ struct LifecycleTests {
 
     @Test("ready → running → finished(completed) when the sources end; a second run is refused")
     func completes() async throws {
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 20 }
-              sink: { type: collect, key: \(uniqueKey()) }
-            links: [ "src -> sink" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 20]),
+            ("sink", "collect", ["key": .string(uniqueKey())]),
+        ], links: ["src -> sink"]), registry: registry)
         #expect(p.state == .ready)
         try await p.run()
         #expect(p.state == .finished(.completed))
@@ -31,12 +29,10 @@ struct LifecycleTests {
     @Test("stop(): draining, then finished(stopped) with every queued frame delivered")
     func stops() async throws {
         let key = uniqueKey()
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 100000000, delay_ms: 1 }
-              sink: { type: collect, key: \(key) }
-            links: [ "src -> sink" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 100000000, "delay_ms": 1]),
+            ("sink", "collect", ["key": .string(key)]),
+        ], links: ["src -> sink"]), registry: registry)
         async let run: Void = p.run()
         #expect(await board.recorder(key).wait(for: 5))
         #expect(p.state == .running)
@@ -50,13 +46,11 @@ struct LifecycleTests {
     @Test("cancel(): finished(cancelled) at once, without waiting for a slow node to drain")
     func cancels() async throws {
         let clock = ManualClock()
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 1000 }
-              slow: { type: hold, hold_ms: 10000 }
-              sink: { type: collect, key: \(uniqueKey()) }
-            links: [ "src -> slow -> sink" ]
-            """, registry: registry, environment: [:], clock: clock)
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 1000]),
+            ("slow", "hold", ["hold_ms": 10000]),
+            ("sink", "collect", ["key": .string(uniqueKey())]),
+        ], links: ["src -> slow -> sink"]), registry: registry, options: .on(clock))
         async let run: Void = p.run()
         // `slow` holds its first frame on the manual clock, which never moves here: only a cancel ends it.
         #expect(await clock.waitForSleepers(1, timeout: .seconds(10)))
@@ -70,15 +64,13 @@ struct LifecycleTests {
     @Test("the drain timeout runs on the pipeline's clock: a stop that cannot drain is cancelled when the manual clock passes it")
     func drainTimeoutOnTheInjectedClock() async throws {
         let clock = ManualClock()
-        var options = Pipeline.Options()
+        var options = Pipeline.Options.on(clock)
         options.drainTimeout = .seconds(30)
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 100 }
-              slow: { type: hold, hold_ms: 60000 }
-              sink: { type: collect, key: \(uniqueKey()) }
-            links: [ "src -> slow -> sink" ]
-            """, registry: registry, environment: [:], clock: clock, options: options)
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 100]),
+            ("slow", "hold", ["hold_ms": 60000]),
+            ("sink", "collect", ["key": .string(uniqueKey())]),
+        ], links: ["src -> slow -> sink"]), registry: registry, options: options)
         let events = p.events()
         let started = ContinuousClock.now
         async let run: Void = p.run()
@@ -105,13 +97,11 @@ struct LifecycleTests {
 
     @Test("a failure: finished(failed) naming the node and its code")
     func fails() async throws {
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 10 }
-              bad: { type: flaky, failures: 1, after: 2 }
-              sink: { type: collect, key: \(uniqueKey()) }
-            links: [ "src -> bad -> sink" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 10]),
+            ("bad", "flaky", ["failures": 1, "after": 2]),
+            ("sink", "collect", ["key": .string(uniqueKey())]),
+        ], links: ["src -> bad -> sink"]), registry: registry)
         await #expect(throws: PipelineError.self) { try await p.run() }
         guard case .finished(.failed(let node, _)) = p.state else {
             Issue.record("state \(p.state)")
@@ -141,12 +131,10 @@ struct LifecycleTests {
     @Test("a node's requestPipelineStop() goes through the pipeline's life: draining, then finished(stopped)",
           .timeLimit(.minutes(1)))
     func nodeRequestsStop() async throws {
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 100000000, delay_ms: 1 }
-              end: { type: stopper, after: 5 }
-            links: [ "src -> end" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 100000000, "delay_ms": 1]),
+            ("end", "stopper", ["after": 5]),
+        ], links: ["src -> end"]), registry: registry)
         try await p.run()
         #expect(p.state == .finished(.stopped))
         #expect(p.edgeStats[0].dropped == 0)
@@ -157,14 +145,12 @@ struct LifecycleTests {
         var options = Pipeline.Options()
         options.termination["short"] = .endsPipeline
         let key = uniqueKey()
-        let p = try Pipeline(yaml: """
-            nodes:
-              short: { type: scripted-source, count: 5 }
-              endless: { type: scripted-source, count: 100000000, delay_ms: 1 }
-              a: { type: collect, key: \(uniqueKey()) }
-              b: { type: collect, key: \(key) }
-            links: [ "short -> a", "endless -> b" ]
-            """, registry: registry, environment: [:], options: options)
+        let p = try Pipeline(graph([
+            ("short", "scripted-source", ["count": 5]),
+            ("endless", "scripted-source", ["count": 100000000, "delay_ms": 1]),
+            ("a", "collect", ["key": .string(uniqueKey())]),
+            ("b", "collect", ["key": .string(key)]),
+        ], links: ["short -> a", "endless -> b"]), registry: registry, options: options)
         try await p.run()
         #expect(p.state == .finished(.stopped))
         #expect(p.edgeStats.allSatisfy { $0.dropped == 0 })
@@ -175,13 +161,11 @@ struct LifecycleTests {
     func optionalNodeFails() async throws {
         var options = Pipeline.Options()
         options.termination["bad"] = .optional
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 10 }
-              bad: { type: flaky, failures: 1, after: 2 }
-              sink: { type: collect, key: \(uniqueKey()) }
-            links: [ "src -> bad -> sink" ]
-            """, registry: registry, environment: [:], options: options)
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 10]),
+            ("bad", "flaky", ["failures": 1, "after": 2]),
+            ("sink", "collect", ["key": .string(uniqueKey())]),
+        ], links: ["src -> bad -> sink"]), registry: registry, options: options)
         let events = p.events()
         try await p.run()
         #expect(p.state == .finished(.completed))

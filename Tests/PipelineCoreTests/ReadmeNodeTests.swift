@@ -38,7 +38,7 @@ public actor GainNode: FrameProcessor {
         type: "gain", summary: "Amplifies or attenuates audio by a number of dB",
         inputs: [PortSpec("in", [.audio])], outputs: [PortSpec("out", [.audio]), .events],
         configuration: Configuration.self,
-        make: { c, env in GainNode(configuration: c) })
+        fusable: true, make: { c, env in GainNode(configuration: c) })
 }
 // README:end
 

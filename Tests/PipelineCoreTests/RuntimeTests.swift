@@ -50,13 +50,11 @@ struct RuntimeTests {
 
     @Test("a failing node stops the pipeline with its id in the error")
     func failure() async throws {
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 1000, delay_ms: 1 }
-              bad: { type: flaky, failures: 1, after: 2 }
-              sink: { type: collect, key: \(uniqueKey()) }
-            links: [ "src -> bad -> sink" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 1000, "delay_ms": 1]),
+            ("bad", "flaky", ["failures": 1, "after": 2]),
+            ("sink", "collect", ["key": .string(uniqueKey())]),
+        ], links: ["src -> bad -> sink"]), registry: registry)
         let events = p.events()
         do {
             try await p.run()
@@ -91,12 +89,10 @@ struct RuntimeTests {
     @Test("stop() ends an endless source, drains and returns normally")
     func stop() async throws {
         let key = uniqueKey()
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 100000000, delay_ms: 1 }
-              sink: { type: collect, key: \(key) }
-            links: [ "src -> sink" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 100000000, "delay_ms": 1]),
+            ("sink", "collect", ["key": .string(key)]),
+        ], links: ["src -> sink"]), registry: registry)
         async let run: Void = p.run()
         // Running: frames arrive (however busy the machine is), then the stop.
         await board.recorder(key).wait(for: 11, timeout: .seconds(10))
@@ -132,15 +128,13 @@ struct RuntimeTests {
 
     @Test("a failure inside a fused chain is attributed to the node that threw")
     func fusedFailure() async throws {
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 100 }
-              a: { type: pass }
-              b: { type: pass }
-              bad: { type: flaky, failures: 1, after: 5 }
-              sink: { type: collect, key: \(uniqueKey()) }
-            links: [ "src -> a -> b -> bad -> sink" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 100]),
+            ("a", "pass", [:]),
+            ("b", "pass", [:]),
+            ("bad", "flaky", ["failures": 1, "after": 5]),
+            ("sink", "collect", ["key": .string(uniqueKey())]),
+        ], links: ["src -> a -> b -> bad -> sink"]), registry: registry)
         // a -> b and b -> bad are fused into a's task; the error must still name 'bad'.
         #expect(p.edgeStats.contains { $0.label.contains("(fused)") })
         do {
@@ -154,15 +148,13 @@ struct RuntimeTests {
     @Test("fused and unfused chains deliver the same frames")
     func fusionPreservesFrames() async throws {
         let key = uniqueKey()
-        let p = try Pipeline(yaml: """
-            nodes:
-              src: { type: scripted-source, count: 300 }
-              a: { type: pass }
-              b: { type: pass }
-              c: { type: pass }
-              sink: { type: collect, key: \(key) }
-            links: [ "src -> a -> b -> c -> sink" ]
-            """, registry: registry, environment: [:])
+        let p = try Pipeline(graph([
+            ("src", "scripted-source", ["count": 300]),
+            ("a", "pass", [:]),
+            ("b", "pass", [:]),
+            ("c", "pass", [:]),
+            ("sink", "collect", ["key": .string(key)]),
+        ], links: ["src -> a -> b -> c -> sink"]), registry: registry)
         try await p.run()
         #expect(board.recorder(key).values == (0..<300).map { Int16($0) })
         #expect(p.edgeStats.filter { $0.label.contains("(fused)") }.count == 2)

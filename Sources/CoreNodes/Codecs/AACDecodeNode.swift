@@ -116,5 +116,6 @@ public actor AACDecodeNode: FrameProcessor {
         outputs: [PortSpec("out", [.audio])],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
+        fusable: true,
         make: { c, _ in AACDecodeNode(configuration: c) })
 }

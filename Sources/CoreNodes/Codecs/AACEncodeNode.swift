@@ -108,5 +108,6 @@ public actor AACEncodeNode: FrameProcessor {
         outputs: [PortSpec("out", [.encoded], codecs: ["aac"], doc: "raw AAC-LC access units, 1,024 samples each")],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { _, _ in nil }, accepts: { _, f in AACRates.problem(f, node: "aac-encode") }),
+        fusable: true,
         make: { c, _ in AACEncodeNode(configuration: c) })
 }

@@ -36,5 +36,6 @@ public actor Base64EncodeNode: FrameProcessor {
         outputs: [PortSpec("out", [.encoded], codecs: ["base64-pcm"], doc: "payload = ASCII base64 of the s16le bytes")],
         configuration: NoConfiguration.self,
         format: .none,
+        fusable: true,
         make: { _, _ in Base64EncodeNode() })
 }

@@ -137,5 +137,6 @@ public actor OpusDecodeNode: FrameProcessor {
         outputs: [PortSpec("out", [.audio])],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
+        fusable: true,
         make: { c, _ in OpusDecodeNode(configuration: c) })
 }

@@ -139,5 +139,6 @@ public actor OpusEncodeNode: FrameProcessor {
         outputs: [PortSpec("out", [.encoded], codecs: ["opus"], doc: "Opus packets, one per frame_ms")],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { _, _ in nil }, accepts: { _, f in OpusRates.problem(f, node: "opus-encode") }),
+        fusable: true,
         make: { c, _ in OpusEncodeNode(configuration: c) })
 }

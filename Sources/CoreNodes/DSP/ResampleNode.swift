@@ -65,5 +65,6 @@ public actor ResampleNode: FrameProcessor {
         outputs: [PortSpec("out", [.audio])],
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
+        fusable: true,
         make: { c, _ in ResampleNode(configuration: c) })
 }

@@ -108,5 +108,6 @@ public actor SlicerNode: FrameProcessor {
         outputs: [PortSpec("out", [.audio], doc: "slices, marked with FrameMarks.slice"), .events],
         configuration: Configuration.self,
         format: .passthrough,
+        fusable: true,
         make: { c, _ in SlicerNode(configuration: c) })
 }

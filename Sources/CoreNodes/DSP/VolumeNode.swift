@@ -60,5 +60,6 @@ public actor VolumeNode: FrameProcessor {
         outputs: [PortSpec("out", [.audio], required: false, doc: "the input audio, untouched"), .events],
         configuration: Configuration.self,
         format: .passthrough,
+        fusable: true,
         make: { c, _ in VolumeNode(configuration: c) })
 }

@@ -106,13 +106,13 @@ public actor WAVSinkNode: Node {
         public static let parameters: [ParamSpec] = [
             ParamSpec("path", .string, required: true, doc: "output file"),
             ParamSpec("realtime", .bool, default: false, doc: "write at the pace of a loudspeaker (1x), so an interruption finds audio not yet written"),
-            ParamSpec("device", .string, doc: "ignored (accepted so a playback node can be swapped for a file)"),
-            ParamSpec("rate", .int, doc: "ignored (the file takes the incoming format)"),
-            ParamSpec("channels", .int, doc: "ignored (the file takes the incoming format)"),
-            ParamSpec("frame_ms", .int, doc: "ignored"),
-            ParamSpec("latency_ms", .int, doc: "ignored"),
-            ParamSpec("drift_compensation", .bool, doc: "ignored"),
-            ParamSpec("on_device_lost", .string, doc: "ignored (a file is never lost)"),
+            ParamSpec("device", .string, ignored: true, doc: "ignored (accepted so a playback node can be swapped for a file)"),
+            ParamSpec("rate", .int, ignored: true, doc: "ignored (the file takes the incoming format)"),
+            ParamSpec("channels", .int, ignored: true, doc: "ignored (the file takes the incoming format)"),
+            ParamSpec("frame_ms", .int, ignored: true, doc: "ignored"),
+            ParamSpec("latency_ms", .int, ignored: true, doc: "ignored"),
+            ParamSpec("drift_compensation", .bool, ignored: true, doc: "ignored"),
+            ParamSpec("on_device_lost", .string, ignored: true, doc: "ignored (a file is never lost)"),
         ]
     }
 

@@ -239,3 +239,8 @@ public actor NATSSinkNode: Node {
         format: .none,
         make: { c, env in NATSSinkNode(configuration: c, variables: env.variables) })
 }
+
+/// The NATS sink's own error code.
+extension NodeErrorCode {
+    public static let natsConfig: NodeErrorCode = "nats_config"
+}

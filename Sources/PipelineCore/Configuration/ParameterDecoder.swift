@@ -9,6 +9,34 @@ public enum ParameterDecoder {
         try T(from: ParamValueDecoder(value: .map(values), codingPath: []))
     }
 
+    /// Where a configuration's two declarations of its parameters disagree: the ``ParamSpec`` list the
+    /// validator checks values against, and the properties its `init(from:)` reads. Found by decoding it
+    /// once from a value for every declared parameter (its default, or one its type accepts) and noting
+    /// the names read. A name read but not declared never receives a value (a misspelt parameter
+    /// decodes as nil or its property's default); a name declared but not read is accepted and ignored.
+    public static func schemaProblems<C: NodeConfiguration>(_ type: C.Type, parameters: [ParamSpec]? = nil) -> [String] {
+        let specs = parameters ?? C.parameters
+        let declared = Set(specs.map(\.name))
+        var values: [String: ParamValue] = [:]
+        for p in specs { values[p.name] = p.defaultValue ?? p.type.example }
+        let recorder = KeyRecorder()
+        let decoded = (try? C(from: ParamValueDecoder(value: .map(values), codingPath: [], recorder: recorder))) != nil
+        let read = Set(recorder.keys.withLock { $0 }.map(snakeCase))
+        var problems: [String] = []
+        for name in read.subtracting(declared).sorted() {
+            problems.append("the configuration reads '\(name)', which no parameter declares (misspelt, or missing from `parameters`)")
+        }
+        // A configuration whose decoding stopped early (it refuses the example values) may not have read everything.
+        if decoded {
+            let raw = Set(recorder.keys.withLock { $0 })
+            let ignored = Set(specs.filter(\.ignored).map(\.name))
+            for name in declared.subtracting(read).subtracting(raw).subtracting(ignored).sorted() {
+                problems.append("parameter '\(name)' is declared but the configuration never reads it (misspelt, or a property missing)")
+            }
+        }
+        return problems
+    }
+
     /// `frameMs` → `frame_ms`; names without capitals are unchanged.
     static func snakeCase(_ name: String) -> String {
         guard name.contains(where: \.isUppercase) else { return name }
@@ -27,16 +55,23 @@ struct ParamCodingKey: CodingKey {
     init(intValue: Int) { self.stringValue = String(intValue); self.intValue = intValue }
 }
 
+/// The top-level names a configuration's decoding looked up (``ParameterDecoder/schemaProblems(_:)``).
+final class KeyRecorder: Sendable {
+    let keys = LockedValue<Set<String>>([])
+}
+
 struct ParamValueDecoder: Decoder {
     let value: ParamValue
     let codingPath: [any CodingKey]
+    /// Notes the names looked up at the top level, when checking a configuration's declarations.
+    var recorder: KeyRecorder? = nil
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard case .map(let m) = value else {
             throw DecodingError.typeMismatch([String: ParamValue].self, .init(codingPath: codingPath, debugDescription: "expected a mapping, got \(value.typeName)"))
         }
-        return KeyedDecodingContainer(KeyedParams<Key>(map: m, codingPath: codingPath))
+        return KeyedDecodingContainer(KeyedParams<Key>(map: m, codingPath: codingPath, recorder: codingPath.isEmpty ? recorder : nil))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -93,10 +128,12 @@ enum ParamScalar {
 struct KeyedParams<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let map: [String: ParamValue]
     let codingPath: [any CodingKey]
+    var recorder: KeyRecorder? = nil
 
     var allKeys: [Key] { map.keys.compactMap { Key(stringValue: $0) } }
 
     private func lookup(_ key: Key) -> ParamValue? {
+        if let recorder { _ = recorder.keys.withLock { $0.insert(key.stringValue) } }
         if let v = map[key.stringValue] { return v }
         return map[ParameterDecoder.snakeCase(key.stringValue)]
     }

@@ -129,6 +129,21 @@ public struct ParamTypeError: Error, Sendable, Hashable {
     init(_ message: String) { self.message = message }
 }
 
+extension ParamType {
+    /// A value of this type (for checking a configuration's declarations, not for use).
+    var example: ParamValue {
+        switch self {
+        case .string, .path: .string("x")
+        case .int(let r): .int(r?.lowerBound ?? 0)
+        case .double(let r): .double(r?.lowerBound ?? 0)
+        case .bool: .bool(false)
+        case .choice(let c): .string(c.first ?? "")
+        case .stringMap, .map: .map([:])
+        case .stringList: .list([])
+        }
+    }
+}
+
 /// One parameter of a node type: name, type, default and a doc string for `voicepipe nodes`.
 public struct ParamSpec: Sendable, Hashable {
     /// Name as written in YAML.
@@ -143,15 +158,20 @@ public struct ParamSpec: Sendable, Hashable {
     public var doc: String
     /// Never printed (secrets such as keys and tokens).
     public var secret: Bool
+    /// Accepted and checked, but read by nothing (so that one node type can stand in for another that
+    /// takes it: a file sink for a loudspeaker). The configuration has no property for it.
+    public var ignored: Bool
 
     /// Creates a parameter specification.
-    public init(_ name: String, _ type: ParamType, default defaultValue: ParamValue? = nil, required: Bool = false, secret: Bool = false, doc: String) {
+    public init(_ name: String, _ type: ParamType, default defaultValue: ParamValue? = nil, required: Bool = false, secret: Bool = false,
+                ignored: Bool = false, doc: String) {
         self.name = name
         self.type = type
         self.defaultValue = defaultValue
         self.required = required
         self.doc = doc
         self.secret = secret
+        self.ignored = ignored
     }
 }
 

@@ -1,7 +1,8 @@
 /// The name of an event: what `jsonl-sink` writes as `"event"` and what consumers match on.
 ///
-/// The built-in names are declared here, once, so that the node emitting an event and the code
-/// reading it (another node, the server, a test) share one constant and a misspelling does not compile.
+/// The names shared across node families are declared here, once, so that the node emitting an event and
+/// the code reading it (another node, the server, a test) share one constant and a misspelling does not
+/// compile; a family's own names (the digital human's `avatar_…`) are declared with the family.
 /// Plugins and apps may use their own names as string literals; nothing on the wire changes.
 public struct EventName: RawRepresentable, Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
     public var rawValue: String
@@ -13,12 +14,6 @@ public struct EventName: RawRepresentable, Hashable, Sendable, CustomStringConve
 
 extension EventName {
     public static let aecStats: EventName = "aec_stats"
-    public static let avatarChannel: EventName = "avatar_channel"
-    public static let avatarInteraction: EventName = "avatar_interaction"
-    public static let avatarPush: EventName = "avatar_push"
-    public static let avatarSession: EventName = "avatar_session"
-    public static let avatarStatus: EventName = "avatar_status"
-    public static let avatarText: EventName = "avatar_text"
     public static let bargeIn: EventName = "barge_in"
     public static let captureStarted: EventName = "capture_started"
     public static let captureStopped: EventName = "capture_stopped"

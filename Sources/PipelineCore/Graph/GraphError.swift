@@ -8,6 +8,9 @@ public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
     public var column: Int
     /// The value came from the command line (`--set`), not from a file.
     public var isCommandLine = false
+    /// The value was declared in Swift code (``GraphBuilder``): `file` is the declaring source file,
+    /// not a folder relative paths are taken from.
+    public var inCode = false
 
     /// Creates a location.
     public init(file: String, line: Int, column: Int) {
@@ -20,6 +23,13 @@ public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
     public static func commandLine(_ detail: String? = nil) -> SourceLocation {
         var l = SourceLocation(file: "<command line>" + (detail.map { " " + $0 } ?? ""), line: 0, column: 0)
         l.isCommandLine = true
+        return l
+    }
+
+    /// A place in Swift source code (`#fileID`, `#line`, `#column`).
+    public static func code(file: String, line: Int, column: Int) -> SourceLocation {
+        var l = SourceLocation(file: file, line: line, column: column)
+        l.inCode = true
         return l
     }
 
@@ -54,6 +64,13 @@ public struct GraphIssue: Error, Sendable, Hashable, CustomStringConvertible {
         self.message = message
     }
 
+    /// A place in Swift source code (`#fileID`, `#line`, `#column`).
+    public static func code(file: String, line: Int, column: Int) -> SourceLocation {
+        var l = SourceLocation(file: file, line: line, column: column)
+        l.inCode = true
+        return l
+    }
+
     public var description: String {
         "\(location): " + (node.map { "node '\(GraphValidator.shown($0))': " } ?? "") + message
     }
@@ -66,6 +83,13 @@ public struct GraphError: Error, Sendable, CustomStringConvertible {
 
     /// Creates the error.
     public init(_ issues: [GraphIssue]) { self.issues = issues }
+
+    /// A place in Swift source code (`#fileID`, `#line`, `#column`).
+    public static func code(file: String, line: Int, column: Int) -> SourceLocation {
+        var l = SourceLocation(file: file, line: line, column: column)
+        l.inCode = true
+        return l
+    }
 
     public var description: String {
         // A hostile file can hold millions of problems: the first hundred say enough.

@@ -174,48 +174,45 @@ public enum GraphLoader {
         var column: Int
     }
 
-    /// Parses the graph text. YAML forbids a key twice in one mapping and the parser stops at the first
-    /// such mapping; so each later occurrence is reported as `duplicateID`, renamed in the text so that
-    /// parsing can go on, and its position added to `repeated`, which the readers below skip. The
-    /// renamed text is never read as a key: what is skipped is decided by position.
+    /// Parses the graph text. YAML forbids a key twice in one mapping, and the composer refuses such a
+    /// document whole; so libyaml's parser first reads the text's events (``YAMLKeyScan``), which name
+    /// every later occurrence of a key exactly where it is. Each is reported as `duplicateID`, added to
+    /// `repeated` (the readers below skip those positions), and blanked at the span the parser gave
+    /// (a stand-in as wide, so that every other position stays put) before the one composition.
     static func compose(_ text: String, file: String, issues: inout [GraphIssue], repeated: inout Set<KeyPosition>) -> YNode? {
-        var lines = text.components(separatedBy: "\n")
-        var renamed = 0
-        for _ in 0..<64 {
-            do {
-                return try Yams.compose(yaml: lines.joined(separator: "\n"))
-            } catch let YamlError.duplicatedKeysInMapping(duplicates, context) {
-                let found = repeatedKeys(duplicates, near: context.mark, in: lines)
-                if found.isEmpty {
-                    // A key the text search cannot place (quoted oddly, or across lines of a flow mapping):
-                    // reported where the parser saw it, and the rest cannot be read.
-                    issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: context.mark.line, column: context.mark.column),
-                                             "duplicate keys: \(duplicates.joined(separator: ", ")) (each node id and parameter may appear once)"))
-                    return nil
-                }
-                for r in found.sorted(by: { ($0.at.line, $0.at.column) < ($1.at.line, $1.at.column) }) {
-                    issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: r.at.line, column: r.at.column), node: r.node,
-                                             "duplicate key '\(r.key)' (each node id and parameter may appear once)"))
-                }
-                for r in found {
-                    let at = r.at
-                    let line = lines[at.line - 1]
-                    let before = line.prefix(at.column - 1)
-                    let rest = line.dropFirst(at.column - 1 + r.length)
-                    // A name no key has, as long as the key, so that every position in the text stays put.
-                    lines[at.line - 1] = before + placeholder(renamed, width: r.length) + rest
-                    renamed += 1
-                    repeated.insert(at)
-                }
-            } catch let error as YamlError {
-                issues.append(yamlIssue(error, file: file))
-                return nil
-            } catch {
-                issues.append(GraphIssue(.syntax, at: SourceLocation(file: file, line: 0, column: 0), "\(error)"))
-                return nil
+        let found = YAMLKeyScan.repeatedKeys(in: text)
+        var composed = text
+        if !found.isEmpty {
+            var lines = text.components(separatedBy: "\n")
+            for (i, r) in found.enumerated() {
+                issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: r.line, column: r.column), node: r.node,
+                                         "duplicate key '\(r.key)' (each node id and parameter may appear once)"))
+                repeated.insert(KeyPosition(line: r.line, column: r.column))
+                guard r.endLine == r.line, r.line <= lines.count else { continue }
+                var scalars = Array(lines[r.line - 1].unicodeScalars)
+                let from = r.column - 1, to = min(r.endColumn - 1, scalars.count)
+                guard from >= 0, from < to else { continue }
+                scalars.replaceSubrange(from..<to, with: placeholder(i, width: to - from).unicodeScalars)
+                var line = String.UnicodeScalarView()
+                line.append(contentsOf: scalars)
+                lines[r.line - 1] = String(line)
             }
+            composed = lines.joined(separator: "\n")
         }
-        return nil
+        do {
+            return try Yams.compose(yaml: composed)
+        } catch let YamlError.duplicatedKeysInMapping(duplicates, context) {
+            // A key the scan could not blank (one written across lines): reported where the composer saw it.
+            issues.append(GraphIssue(.duplicateID, at: SourceLocation(file: file, line: context.mark.line, column: context.mark.column),
+                                     "duplicate keys: \(duplicates.joined(separator: ", ")) (each node id and parameter may appear once)"))
+            return nil
+        } catch let error as YamlError {
+            issues.append(yamlIssue(error, file: file))
+            return nil
+        } catch {
+            issues.append(GraphIssue(.syntax, at: SourceLocation(file: file, line: 0, column: 0), "\(error)"))
+            return nil
+        }
     }
 
     /// The `index`-th stand-in for a repeated key: `width` characters (more only past 26^width stand-ins)
@@ -229,96 +226,6 @@ public enum GraphLoader {
         } while k > 0
         while digits.count < width { digits.append("ⓐ") }
         return String(digits.reversed())
-    }
-
-    /// A repeated key: where it is, and the node it belongs to (the node id itself when node ids repeat).
-    struct RepeatedKey {
-        var key: String
-        var at: KeyPosition
-        /// Characters the key takes in the text (with its quotes, if quoted).
-        var length: Int
-        var node: String?
-    }
-
-    /// The later occurrences of `keys` in the mapping the parser named by one key's position (`mark`):
-    /// a block mapping (the lines around it indented at least as far, keys exactly at that column), or a
-    /// flow mapping on one line (`{ a: 1, a: 2 }`: keys after a brace, a comma or a space).
-    static func repeatedKeys(_ keys: [String], near mark: Mark, in lines: [String]) -> [RepeatedKey] {
-        let column = mark.column
-        guard mark.line >= 1, mark.line <= lines.count, column >= 1 else { return [] }
-        var first = mark.line - 1, last = mark.line - 1
-        while first > 0, indent(lines[first - 1]).map({ $0 >= column - 1 }) ?? true { first -= 1 }
-        while last + 1 < lines.count, indent(lines[last + 1]).map({ $0 >= column - 1 }) ?? true { last += 1 }
-        var found: [RepeatedKey] = []
-        // Block style: the mapping's owner is the line above it indented less.
-        let owner = parentLine(of: first, indent: column - 1, in: lines)
-        for key in keys {
-            var seen = 0
-            for n in first...last where indent(lines[n]) == column - 1 {
-                let body = lines[n].dropFirst(column - 1)
-                guard body.hasPrefix(key + ":") || body.hasPrefix("\"\(key)\":") || body.hasPrefix("'\(key)':") else { continue }
-                seen += 1
-                guard seen > 1 else { continue }
-                let quotes = body.hasPrefix(key + ":") ? 0 : 2
-                var node: String?
-                if let owner, isNodesKey(owner, in: lines) { node = key }
-                else if let owner, let up = parentLine(of: owner, indent: indent(lines[owner]) ?? 0, in: lines), isNodesKey(up, in: lines) {
-                    node = leadingKey(lines[owner])
-                }
-                found.append(RepeatedKey(key: key, at: KeyPosition(line: n + 1, column: column), length: key.count + quotes, node: node))
-            }
-        }
-        if !found.isEmpty { return found }
-        // Flow style on the mark's line: the first occurrence is at the mark; later ones follow it.
-        let line = Array(lines[mark.line - 1])
-        let up = parentLine(of: mark.line - 1, indent: indent(lines[mark.line - 1]) ?? 0, in: lines)
-        let node = up.map { isNodesKey($0, in: lines) } == true ? leadingKey(lines[mark.line - 1]) : nil
-        for key in keys {
-            let k = Array(key + ":")
-            var seen = 0
-            var c = max(0, column - 1)
-            while c + k.count <= line.count {
-                let boundary = c == 0 || "{, ".contains(line[c - 1])
-                if boundary && Array(line[c..<(c + k.count)]) == k {
-                    seen += 1
-                    if seen > 1 { found.append(RepeatedKey(key: key, at: KeyPosition(line: mark.line, column: c + 1), length: key.count, node: node)) }
-                    c += k.count
-                } else {
-                    c += 1
-                }
-            }
-        }
-        return found
-    }
-
-    /// Indentation of a line; nil for a blank or comment line (inside any block).
-    static func indent(_ l: String) -> Int? {
-        let body = l.drop { $0 == " " }
-        if body.isEmpty || body.hasPrefix("#") { return nil }
-        return l.count - body.count
-    }
-
-    /// The nearest line above `line` (0-based) indented less than `indent`.
-    static func parentLine(of line: Int, indent limit: Int, in lines: [String]) -> Int? {
-        var n = line - 1
-        while n >= 0 {
-            if let i = indent(lines[n]), i < limit { return n }
-            n -= 1
-        }
-        return nil
-    }
-
-    /// The key a line starts with (`  src: { ... }` gives `src`).
-    static func leadingKey(_ l: String) -> String? {
-        let body = l.drop { $0 == " " || $0 == "-" }
-        guard let colon = body.firstIndex(of: ":") else { return nil }
-        let key = body[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "\"' "))
-        return key.isEmpty ? nil : key
-    }
-
-    /// True when line `n` is the top-level `nodes:` key.
-    static func isNodesKey(_ n: Int, in lines: [String]) -> Bool {
-        indent(lines[n]) == 0 && leadingKey(lines[n]) == "nodes"
     }
 
     static func position(_ node: YNode) -> KeyPosition? {
@@ -402,9 +309,6 @@ public enum GraphLoader {
             let id = k.string ?? ""
             if let at = position(k), repeated.contains(at) { continue }
             let at = loc(k, file)
-            if id.isEmpty || id.contains(where: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
-                spec.issues.append(GraphIssue(.structure, at: at, node: id, "node id may use letters, digits, '_' and '-' only"))
-            }
             guard let params = v.mapping else {
                 spec.issues.append(GraphIssue(.structure, at: loc(v, file), node: id, "a node is a mapping with at least `type:`"))
                 continue
@@ -438,9 +342,6 @@ public enum GraphLoader {
                     ns.params[key] = (value(pv), loc(pk, file))
                     ns.paramOrder.append(key)
                 }
-            }
-            if ns.type.isEmpty {
-                spec.issues.append(GraphIssue(.missingParameter, at: at, node: id, "missing `type:`"))
             }
             spec.nodes.append(ns)
         }

@@ -55,6 +55,12 @@ public struct ValidatedGraph: Sendable {
 }
 
 /// Checks a parsed graph against a registry and reports every problem at once.
+///
+/// The path from a graph to running nodes goes one way: the text is parsed (``GraphLoader``, variables
+/// substituted into scalar values), or a ``GraphBuilder`` declares the same ``GraphSpec`` in code; the
+/// plugins the graph names add their node types to the registry; then the passes below check it, each
+/// reading what the ones before it resolved and none loading or opening anything; the resulting
+/// ``ValidatedGraph`` is planned (``PipelinePlan``) and only then are nodes instantiated.
 public enum GraphValidator {
     /// `path` as written in `file`: relative paths name a file in the graph file's folder when one is
     /// there, else stay relative to the working directory; absolute paths and `--set` values are kept.
@@ -66,255 +72,306 @@ public enum GraphValidator {
         return FileManager.default.fileExists(atPath: candidate) ? candidate : path
     }
 
-    /// Validates `spec`, throwing a ``GraphError`` listing every problem (including parse problems).
+    /// Loads the plugins `spec` names into a copy of `registry`, then checks `spec` against it
+    /// (``check(_:registry:)``). Throws a ``GraphError`` listing every problem (parse problems and
+    /// plugins that failed to load included).
     public static func validate(_ spec: GraphSpec, registry: NodeRegistry) throws -> ValidatedGraph {
-        var issues = spec.issues
-        var warnings = spec.warnings
-        var resolved: [String: ResolvedNode] = [:]
-        var order: [String] = []
-
-        // Plugins named by the graph add node types before anything is checked.
         var registry = registry
-        let directory = spec.file.hasPrefix("<") ? nil : (spec.file as NSString).deletingLastPathComponent
-        for ref in spec.plugins {
-            do {
-                try registry.loadPlugin(ref.name, relativeTo: directory.map { $0.isEmpty ? "." : $0 }, environment: spec.environment)
-            } catch {
-                issues.append(GraphIssue(.plugin, at: ref.location, "\(error.description)"))
-            }
-        }
+        var spec = spec
+        spec.issues += registry.loadPlugins(of: spec)
+        return try check(spec, registry: registry)
+    }
 
-        // Nodes and parameters.
-        var nodesWithIssues: Set<String> = []
-        var scannedIssues = 0
-        for ns in spec.nodes {
-            order.append(ns.id)
-            guard !ns.type.isEmpty else { continue }
-            guard let d = registry.descriptor(ns.type) else {
-                let hint = suggestion(ns.type, among: registry.types).map { " (did you mean '\($0)'?)" } ?? ""
-                issues.append(GraphIssue(.unknownType, at: ns.typeLocation, node: ns.id,
-                                         "unknown node type '\(shown(ns.type))'\(hint); `voicepipe nodes` lists the types"))
-                continue
-            }
-            var values: [String: ParamValue] = [:]
-            for key in ns.paramOrder {
-                guard let (value, at) = ns.params[key] else { continue }
-                guard let p = d.parameter(key) else {
-                    if ns.typeOverridden && !at.isCommandLine {
-                        warnings.append("\(at): node '\(ns.id)': parameter '\(key)' does not apply to \(ns.type) (type set with --set); ignored")
-                        continue
-                    }
-                    let hint = suggestion(key, among: d.parameters.map(\.name)).map { " (did you mean '\($0)'?)" } ?? ""
-                    issues.append(GraphIssue(.unknownParameter, at: at, node: ns.id,
-                                             "unknown parameter '\(shown(key))' for \(d.type)\(hint); accepted: \(d.parameters.map(\.name).joined(separator: ", "))"))
-                    continue
-                }
-                if value == .null { continue }
-                switch p.type.check(value) {
-                case .success(let v):
-                    values[key] = v
-                    if p.type == .path, case .string(let path) = v {
-                        values[key] = .string(GraphValidator.resolve(path, from: at.file))
-                    }
-                case .failure(let e):
-                    // Numbers and booleans that arrived as strings (e.g. from "${RATE}") are accepted when they parse.
-                    if case .string(let s) = value, case .success(let v) = p.type.check(GraphLoader.scalarValue(s, plain: true)) {
-                        values[key] = v
-                    } else {
-                        issues.append(GraphIssue(.invalidParameter, at: at, node: ns.id, "parameter '\(key)': \(e.message)"))
-                    }
-                }
-            }
-            for p in d.parameters where values[p.name] == nil {
-                if let dv = p.defaultValue { values[p.name] = dv }
-                else if p.required {
-                    issues.append(GraphIssue(.missingParameter, at: ns.location, node: ns.id,
-                                             "missing required parameter '\(p.name)' (\(p.type)): \(p.doc)"))
-                }
-            }
-            let config = NodeConfig(id: ns.id, type: d.type, values: values)
-            var configuration: any Sendable = config
-            while scannedIssues < issues.count {
-                if let n = issues[scannedIssues].node { nodesWithIssues.insert(n) }
-                scannedIssues += 1
-            }
-            if !nodesWithIssues.contains(ns.id) {
-                do {
-                    configuration = try d.decode(config)
-                    for message in d.check(configuration, spec.environment) {
-                        issues.append(GraphIssue(.invalidParameter, at: ns.location, node: ns.id, message))
-                    }
-                } catch let e as DecodingError {
-                    issues.append(decodingIssue(e, node: ns, type: d.type))
-                } catch {
-                    issues.append(GraphIssue(.invalidParameter, at: ns.location, node: ns.id, "\(error)"))
-                }
-            }
-            resolved[ns.id] = ResolvedNode(id: ns.id, descriptor: d, config: config, configuration: configuration,
-                                           executor: ns.executor ?? (configuration as? any NodeConfiguration)?.executor ?? d.executor,
-                                           restart: ns.restart, outputFormat: nil)
+    /// Checks `spec` against `registry` without side effects: node types and parameters, links and
+    /// ports, order and cycles, loops, shared queues, required inputs, formats. The plugins `spec` names
+    /// must already be in `registry` (``NodeRegistry/loadPlugins(of:)``).
+    public static func check(_ spec: GraphSpec, registry: NodeRegistry) throws -> ValidatedGraph {
+        var v = Validation(spec: spec)
+        v.checkNodes(registry)
+        v.checkLinks()
+        v.orderNodes()
+        v.checkLoops()
+        v.checkSharedQueues()
+        v.checkRequiredInputs()
+        v.checkFormats()
+        if !v.issues.isEmpty {
+            throw GraphError(v.issues.sorted { ($0.location.file, $0.location.line, $0.location.column) < ($1.location.file, $1.location.line, $1.location.column) })
         }
-        let known = Set(spec.nodes.map(\.id))
-        let knownNames = Array(known)
-        var suggestions = 0
+        return ValidatedGraph(name: spec.name, file: spec.file, nodes: v.topo.compactMap { v.resolved[$0] },
+                              links: v.links.map(\.0), warnings: v.warnings, environment: spec.environment,
+                              latencyBudgetMs: spec.latencyBudgetMs)
+    }
 
-        // Links and ports.
+    /// What the passes share: each fills in what the later ones read.
+    struct Validation {
+        let spec: GraphSpec
+        var issues: [GraphIssue]
+        var warnings: [String]
+        /// Node ids in declaration order.
+        var order: [String] = []
+        /// Nodes whose type and parameters resolved.
+        var resolved: [String: ResolvedNode] = [:]
+        /// Links whose ends and ports resolved, without repeats, with where each was declared.
         var links: [(ResolvedLink, SourceLocation)] = []
+        /// `node.port` of feedback inputs that some link feeds.
         var feedbackPorts: Set<String> = []
-        var defaultedOverflow: Set<String> = []   // labels of links whose overflow was not written
-        for l in spec.links {
-            var ok = true
-            for end in [l.from.node, l.to.node] where !known.contains(end) {
-                // Suggestions are bounded: a graph of thousands of bad links stays fast to check.
-                suggestions += 1
-                let hint = suggestions > 50 ? "" : suggestion(end, among: knownNames).map { " (did you mean '\($0)'?)" } ?? ""
-                issues.append(GraphIssue(.unknownNode, at: l.location, node: end, "link refers to unknown node '\(shown(end))'\(hint)"))
-                ok = false
-            }
-            guard ok, let fromNode = resolved[l.from.node], let toNode = resolved[l.to.node] else { continue }
-            guard let out = outputPort(fromNode.descriptor, l.from.port, inChain: l.from.inChain, at: l.location, node: l.from.node, issues: &issues),
-                  let inp = inputPort(toNode.descriptor, l.to.port, inChain: l.to.inChain, at: l.location, node: l.to.node, issues: &issues) else { continue }
-            // Kinds and codecs.
-            let common = out.kinds.intersection(inp.kinds)
-            if common.isEmpty {
-                issues.append(GraphIssue(.incompatibleLink, at: l.location, node: l.to.node,
-                                         "cannot link \(l.from.node).\(out.name) (\(out.kindDescription)) to \(l.to.node).\(inp.name) (\(inp.kindDescription))"))
-                continue
-            }
-            if common == [.encoded], let oc = out.codecs, let ic = inp.codecs, oc.isDisjoint(with: ic) {
-                issues.append(GraphIssue(.incompatibleLink, at: l.location, node: l.to.node,
-                                         "cannot link \(l.from.node).\(out.name) (\(out.kindDescription)) to \(l.to.node).\(inp.name) (\(inp.kindDescription)): codecs differ"))
-                continue
-            }
-            let overflow = l.overflow ?? fromNode.descriptor.defaultOverflow
-            let link = ResolvedLink(fromNode: l.from.node, fromPort: out.name, toNode: l.to.node, toPort: inp.name,
-                                    capacity: l.capacity ?? GraphLoader.defaultCapacity, overflow: overflow)
-            if inp.feedback {
-                feedbackPorts.insert(link.toNode + "." + link.toPort)
-                if l.overflow == nil { defaultedOverflow.insert(link.label) }
-            }
-            links.append((link, l.location))
+        /// Labels of links whose overflow was not written.
+        var defaultedOverflow: Set<String> = []
+        /// Topological order (sources first); shorter than `order` when there is a cycle.
+        var topo: [String] = []
+        /// Links into each input, built once so that the later passes stay linear in nodes plus links.
+        var incomingByInput: [Endpoint: [(ResolvedLink, SourceLocation)]] = [:]
+
+        init(spec: GraphSpec) {
+            self.spec = spec
+            issues = spec.issues
+            warnings = spec.warnings
         }
-        var seenLinks: Set<ResolvedLink> = []
-        var uniqueLinks = links.filter { seenLinks.insert($0.0).inserted }
+
         func isFeedback(_ l: ResolvedLink) -> Bool { feedbackPorts.contains(l.toNode + "." + l.toPort) }
 
-        // Cycles (Kahn's algorithm) and topological order. Links into feedback inputs (an echo
-        // canceller's reference, an `interrupt`) may close a loop: they do not order the nodes.
-        var outgoing: [String: [ResolvedLink]] = [:]
-        for (l, _) in uniqueLinks where !isFeedback(l) { outgoing[l.fromNode, default: []].append(l) }
-        var indegree: [String: Int] = [:]
-        for id in order { indegree[id] = 0 }
-        for (l, _) in uniqueLinks where !isFeedback(l) { indegree[l.toNode, default: 0] += 1 }
-        var queue = order.filter { indegree[$0] == 0 }
-        var topo: [String] = []
-        var head = 0
-        while head < queue.count {
-            let n = queue[head]
-            head += 1
-            topo.append(n)
-            for l in outgoing[n] ?? [] {
-                indegree[l.toNode]! -= 1
-                if indegree[l.toNode] == 0 { queue.append(l.toNode) }
+        /// Pass 1: ids, node types and parameters; each node's configuration decoded once.
+        mutating func checkNodes(_ registry: NodeRegistry) {
+            var nodesWithIssues: Set<String> = []
+            var scannedIssues = 0
+            var seenIDs: Set<String> = []
+            for ns in spec.nodes {
+                if ns.id.isEmpty || ns.id.contains(where: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
+                    issues.append(GraphIssue(.structure, at: ns.location, node: ns.id, "node id may use letters, digits, '_' and '-' only"))
+                }
+                guard seenIDs.insert(ns.id).inserted else {
+                    issues.append(GraphIssue(.duplicateID, at: ns.location, node: ns.id, "duplicate node id '\(shown(ns.id))' (each node id may appear once)"))
+                    continue
+                }
+                order.append(ns.id)
+                guard !ns.type.isEmpty else {
+                    issues.append(GraphIssue(.missingParameter, at: ns.location, node: ns.id, "missing `type:`"))
+                    continue
+                }
+                guard let d = registry.descriptor(ns.type) else {
+                    let hint = suggestion(ns.type, among: registry.types).map { " (did you mean '\($0)'?)" } ?? ""
+                    issues.append(GraphIssue(.unknownType, at: ns.typeLocation, node: ns.id,
+                                             "unknown node type '\(shown(ns.type))'\(hint); `voicepipe nodes` lists the types"))
+                    continue
+                }
+                for problem in registry.declarationProblems(d.type) {
+                    issues.append(GraphIssue(.invalidParameter, at: ns.typeLocation, node: ns.id,
+                                             "node type \(d.type)\(d.plugin.map { " (plugin \($0.name))" } ?? "") declares its parameters inconsistently: \(problem)"))
+                }
+                var values: [String: ParamValue] = [:]
+                for key in ns.paramOrder {
+                    guard let (value, at) = ns.params[key] else { continue }
+                    guard let p = d.parameter(key) else {
+                        if ns.typeOverridden && !at.isCommandLine {
+                            warnings.append("\(at): node '\(ns.id)': parameter '\(key)' does not apply to \(ns.type) (type set with --set); ignored")
+                            continue
+                        }
+                        let hint = suggestion(key, among: d.parameters.map(\.name)).map { " (did you mean '\($0)'?)" } ?? ""
+                        issues.append(GraphIssue(.unknownParameter, at: at, node: ns.id,
+                                                 "unknown parameter '\(shown(key))' for \(d.type)\(hint); accepted: \(d.parameters.map(\.name).joined(separator: ", "))"))
+                        continue
+                    }
+                    if value == .null { continue }
+                    switch p.type.check(value) {
+                    case .success(let v):
+                        values[key] = v
+                        if p.type == .path, !at.inCode, case .string(let path) = v {
+                            values[key] = .string(GraphValidator.resolve(path, from: at.file))
+                        }
+                    case .failure(let e):
+                        // Numbers and booleans that arrived as strings (e.g. from "${RATE}") are accepted when they parse.
+                        if case .string(let s) = value, case .success(let v) = p.type.check(GraphLoader.scalarValue(s, plain: true)) {
+                            values[key] = v
+                        } else {
+                            issues.append(GraphIssue(.invalidParameter, at: at, node: ns.id, "parameter '\(key)': \(e.message)"))
+                        }
+                    }
+                }
+                for p in d.parameters where values[p.name] == nil {
+                    if let dv = p.defaultValue { values[p.name] = dv }
+                    else if p.required {
+                        issues.append(GraphIssue(.missingParameter, at: ns.location, node: ns.id,
+                                                 "missing required parameter '\(p.name)' (\(p.type)): \(p.doc)"))
+                    }
+                }
+                let config = NodeConfig(id: ns.id, type: d.type, values: values)
+                var configuration: any Sendable = config
+                while scannedIssues < issues.count {
+                    if let n = issues[scannedIssues].node { nodesWithIssues.insert(n) }
+                    scannedIssues += 1
+                }
+                if !nodesWithIssues.contains(ns.id) {
+                    do {
+                        configuration = try d.decode(config)
+                        for message in d.check(configuration, spec.environment) {
+                            issues.append(GraphIssue(.invalidParameter, at: ns.location, node: ns.id, message))
+                        }
+                    } catch let e as DecodingError {
+                        issues.append(decodingIssue(e, node: ns, type: d.type))
+                    } catch {
+                        issues.append(GraphIssue(.invalidParameter, at: ns.location, node: ns.id, "\(error)"))
+                    }
+                }
+                resolved[ns.id] = ResolvedNode(id: ns.id, descriptor: d, config: config, configuration: configuration,
+                                               executor: ns.executor ?? (configuration as? any NodeConfiguration)?.executor ?? d.executor,
+                                               restart: ns.restart, outputFormat: nil)
             }
         }
-        if topo.count < order.count {
+
+        /// Pass 2: each link's ends, ports, kinds and codecs.
+        mutating func checkLinks() {
+            let known = Set(order)
+            let knownNames = Array(known)
+            var suggestions = 0
+            var found: [(ResolvedLink, SourceLocation)] = []
+            for l in spec.links {
+                var ok = true
+                for end in [l.from.node, l.to.node] where !known.contains(end) {
+                    // Suggestions are bounded: a graph of thousands of bad links stays fast to check.
+                    suggestions += 1
+                    let hint = suggestions > 50 ? "" : suggestion(end, among: knownNames).map { " (did you mean '\($0)'?)" } ?? ""
+                    issues.append(GraphIssue(.unknownNode, at: l.location, node: end, "link refers to unknown node '\(shown(end))'\(hint)"))
+                    ok = false
+                }
+                guard ok, let fromNode = resolved[l.from.node], let toNode = resolved[l.to.node] else { continue }
+                guard let out = outputPort(fromNode.descriptor, l.from.port, inChain: l.from.inChain, at: l.location, node: l.from.node, issues: &issues),
+                      let inp = inputPort(toNode.descriptor, l.to.port, inChain: l.to.inChain, at: l.location, node: l.to.node, issues: &issues) else { continue }
+                let common = out.kinds.intersection(inp.kinds)
+                if common.isEmpty {
+                    issues.append(GraphIssue(.incompatibleLink, at: l.location, node: l.to.node,
+                                             "cannot link \(l.from.node).\(out.name) (\(out.kindDescription)) to \(l.to.node).\(inp.name) (\(inp.kindDescription))"))
+                    continue
+                }
+                if common == [.encoded], let oc = out.codecs, let ic = inp.codecs, oc.isDisjoint(with: ic) {
+                    issues.append(GraphIssue(.incompatibleLink, at: l.location, node: l.to.node,
+                                             "cannot link \(l.from.node).\(out.name) (\(out.kindDescription)) to \(l.to.node).\(inp.name) (\(inp.kindDescription)): codecs differ"))
+                    continue
+                }
+                let overflow = l.overflow ?? fromNode.descriptor.defaultOverflow
+                let link = ResolvedLink(fromNode: l.from.node, fromPort: out.name, toNode: l.to.node, toPort: inp.name,
+                                        capacity: l.capacity ?? GraphLoader.defaultCapacity, overflow: overflow)
+                if inp.feedback {
+                    feedbackPorts.insert(link.toNode + "." + link.toPort)
+                    if l.overflow == nil { defaultedOverflow.insert(link.label) }
+                }
+                found.append((link, l.location))
+            }
+            var seen: Set<ResolvedLink> = []
+            links = found.filter { seen.insert($0.0).inserted }
+        }
+
+        /// Pass 3: topological order by Kahn's algorithm, and cycles. Links into feedback inputs (an echo
+        /// canceller's reference, an `interrupt`) may close a loop: they do not order the nodes.
+        mutating func orderNodes() {
+            var outgoing: [String: [ResolvedLink]] = [:]
+            var indegree: [String: Int] = [:]
+            for id in order { indegree[id] = 0 }
+            for (l, _) in links where !isFeedback(l) {
+                outgoing[l.fromNode, default: []].append(l)
+                indegree[l.toNode, default: 0] += 1
+            }
+            var queue = order.filter { indegree[$0] == 0 }
+            var head = 0
+            while head < queue.count {
+                let n = queue[head]
+                head += 1
+                topo.append(n)
+                for l in outgoing[n] ?? [] {
+                    indegree[l.toNode]! -= 1
+                    if indegree[l.toNode] == 0 { queue.append(l.toNode) }
+                }
+            }
+            guard topo.count < order.count else { return }
             let sorted = Set(topo)
             let inCycle = order.filter { !sorted.contains($0) }
             let cycleSet = Set(inCycle)
-            let at = uniqueLinks.first(where: { cycleSet.contains($0.0.toNode) && cycleSet.contains($0.0.fromNode) })?.1
+            let at = links.first(where: { cycleSet.contains($0.0.toNode) && cycleSet.contains($0.0.fromNode) })?.1
                 ?? SourceLocation(file: spec.file, line: 0, column: 0)
             issues.append(GraphIssue(.cycle, at: at, node: inCycle.first,
                                      "links form a cycle through \(inCycle.joined(separator: " -> ")); a graph must be acyclic except through feedback inputs (such as aec.ref and the sinks' interrupt)"))
         }
-        // A link that closes a loop must never wait: under `block` each node of the loop could wait
-        // for the next. Such links default to drop-oldest; `block` written on one is an error.
-        // A link into a feedback input closes a loop when its consumer reaches its producer through
-        // ordinary links (or through other feedback links that close loops of their own: any path).
-        var allOutgoing: [String: [String]] = [:]
-        for (l, _) in uniqueLinks { allOutgoing[l.fromNode, default: []].append(l.toNode) }
-        func reaches(_ from: String, _ to: String) -> Bool {
-            if from == to { return true }
-            var seen: Set<String> = [from]
-            var stack = [from]
-            while let n = stack.popLast() {
-                for m in allOutgoing[n] ?? [] where seen.insert(m).inserted {
-                    if m == to { return true }
-                    stack.append(m)
+
+        /// Pass 4: links that close a loop. Such a link must never wait: under `block` each node of the
+        /// loop could wait for the next. They default to drop-oldest; `block` written on one is an error.
+        /// A link into a feedback input closes a loop when its consumer reaches its producer through any path.
+        mutating func checkLoops() {
+            var allOutgoing: [String: [String]] = [:]
+            for (l, _) in links { allOutgoing[l.fromNode, default: []].append(l.toNode) }
+            func reaches(_ from: String, _ to: String) -> Bool {
+                if from == to { return true }
+                var seen: Set<String> = [from]
+                var stack = [from]
+                while let n = stack.popLast() {
+                    for m in allOutgoing[n] ?? [] where seen.insert(m).inserted {
+                        if m == to { return true }
+                        stack.append(m)
+                    }
+                }
+                return false
+            }
+            var loosened: Set<String> = []
+            for i in links.indices where isFeedback(links[i].0) {
+                let l = links[i].0
+                guard reaches(l.toNode, l.fromNode) else { continue }
+                links[i].0.closesLoop = true
+                guard l.overflow == .block else { continue }
+                if defaultedOverflow.contains(l.label) {
+                    links[i].0.overflow = .dropOldest
+                    loosened.insert(l.toNode + "." + l.toPort)
+                } else {
+                    issues.append(GraphIssue(.invalidLink, at: links[i].1, node: l.toNode,
+                                             "\(l.label) closes a loop, so it cannot block (each node of the loop could wait for the next); use overflow: drop-oldest or drop-newest"))
                 }
             }
-            return false
-        }
-        var loosened: Set<String> = []
-        for i in uniqueLinks.indices where isFeedback(uniqueLinks[i].0) {
-            let l = uniqueLinks[i].0
-            guard reaches(l.toNode, l.fromNode) else { continue }
-            uniqueLinks[i].0.closesLoop = true
-            guard l.overflow == .block else { continue }
-            if defaultedOverflow.contains(l.label) {
-                uniqueLinks[i].0.overflow = .dropOldest
-                loosened.insert(l.toNode + "." + l.toPort)
-            } else {
-                issues.append(GraphIssue(.invalidLink, at: uniqueLinks[i].1, node: l.toNode,
-                                         "\(l.label) closes a loop, so it cannot block (each node of the loop could wait for the next); use overflow: drop-oldest or drop-newest"))
-            }
-        }
-        // Links fanning into a loosened input share its queue and its policy.
-        for i in uniqueLinks.indices where loosened.contains(uniqueLinks[i].0.toNode + "." + uniqueLinks[i].0.toPort)
-            && defaultedOverflow.contains(uniqueLinks[i].0.label) {
-            uniqueLinks[i].0.overflow = .dropOldest
-        }
-
-        // Links that fan into one input share its queue: they must agree on its capacity and policy.
-        var firstInto: [String: (ResolvedLink, SourceLocation)] = [:]
-        for (l, at) in uniqueLinks {
-            let key = "\(l.toNode).\(l.toPort)"
-            guard let (first, firstAt) = firstInto[key] else { firstInto[key] = (l, at); continue }
-            if first.capacity != l.capacity || first.overflow != l.overflow {
-                issues.append(GraphIssue(.invalidLink, at: at, node: l.toNode,
-                                         "\(l.label) shares the queue of input '\(l.toNode).\(l.toPort)' with \(first.label) (\(firstAt)) but asks for capacity \(l.capacity), overflow \(l.overflow.rawValue) where that link has capacity \(first.capacity), overflow \(first.overflow.rawValue); give links into one input the same capacity and overflow"))
+            // Links fanning into a loosened input share its queue and its policy.
+            for i in links.indices where loosened.contains(links[i].0.toNode + "." + links[i].0.toPort)
+                && defaultedOverflow.contains(links[i].0.label) {
+                links[i].0.overflow = .dropOldest
             }
         }
 
-        // Adjacency, built once: everything below stays linear in nodes plus links.
-        var incomingByInput: [Endpoint: [(ResolvedLink, SourceLocation)]] = [:]
-        for (l, at) in uniqueLinks {
-            incomingByInput[Endpoint(node: l.toNode, port: l.toPort), default: []].append((l, at))
+        /// Pass 5: links that fan into one input share its queue, so they must agree on its capacity and policy.
+        mutating func checkSharedQueues() {
+            var firstInto: [String: (ResolvedLink, SourceLocation)] = [:]
+            for (l, at) in links {
+                incomingByInput[Endpoint(node: l.toNode, port: l.toPort), default: []].append((l, at))
+                let key = "\(l.toNode).\(l.toPort)"
+                guard let (first, firstAt) = firstInto[key] else { firstInto[key] = (l, at); continue }
+                if first.capacity != l.capacity || first.overflow != l.overflow {
+                    issues.append(GraphIssue(.invalidLink, at: at, node: l.toNode,
+                                             "\(l.label) shares the queue of input '\(l.toNode).\(l.toPort)' with \(first.label) (\(firstAt)) but asks for capacity \(l.capacity), overflow \(l.overflow.rawValue) where that link has capacity \(first.capacity), overflow \(first.overflow.rawValue); give links into one input the same capacity and overflow"))
+                }
+            }
         }
 
-        // Required inputs.
-        for ns in spec.nodes {
-            guard let r = resolved[ns.id] else { continue }
-            for p in r.descriptor.inputs where p.required {
-                if incomingByInput[Endpoint(node: ns.id, port: p.name)] == nil {
+        /// Pass 6: every required input is fed.
+        mutating func checkRequiredInputs() {
+            for ns in spec.nodes {
+                guard let r = resolved[ns.id], r.descriptor.inputs.contains(where: \.required) else { continue }
+                for p in r.descriptor.inputs where p.required && incomingByInput[Endpoint(node: ns.id, port: p.name)] == nil {
                     issues.append(GraphIssue(.unconnectedInput, at: ns.location, node: ns.id,
                                              "input '\(p.name)' (\(p.kindDescription)) is not connected; add a link `something -> \(ns.id)\(p.name == "in" ? "" : "." + p.name)`"))
                 }
             }
         }
 
-        // Formats, in topological order.
-        for id in topo {
-            guard var r = resolved[id] else { continue }
-            let incoming = incomingByInput[Endpoint(node: id, port: r.descriptor.defaultInput?.name ?? "in")] ?? []
-            var inFormat: AudioFormat?
-            for (l, at) in incoming {
-                guard let up = resolved[l.fromNode], let f = up.outputFormat, l.fromPort != "events" else { continue }
-                if let msg = r.descriptor.format.accepts(r.configuration, f) {
-                    issues.append(GraphIssue(.incompatibleLink, at: at, node: id, "\(l.fromNode) delivers \(f): \(msg)"))
+        /// Pass 7: audio formats, in topological order: what each node delivers, and whether the next accepts it.
+        mutating func checkFormats() {
+            for id in topo {
+                guard var r = resolved[id] else { continue }
+                let incoming = incomingByInput[Endpoint(node: id, port: r.descriptor.defaultInput?.name ?? "in")] ?? []
+                var inFormat: AudioFormat?
+                for (l, at) in incoming {
+                    guard let up = resolved[l.fromNode], let f = up.outputFormat, l.fromPort != "events" else { continue }
+                    if let msg = r.descriptor.format.accepts(r.configuration, f) {
+                        issues.append(GraphIssue(.incompatibleLink, at: at, node: id, "\(l.fromNode) delivers \(f): \(msg)"))
+                    }
+                    inFormat = f
                 }
-                inFormat = f
+                r.outputFormat = r.descriptor.format.output(r.configuration, inFormat)
+                resolved[id] = r
             }
-            r.outputFormat = r.descriptor.format.output(r.configuration, inFormat)
-            resolved[id] = r
         }
-
-        if !issues.isEmpty {
-            throw GraphError(issues.sorted { ($0.location.file, $0.location.line, $0.location.column) < ($1.location.file, $1.location.line, $1.location.column) })
-        }
-        return ValidatedGraph(name: spec.name, file: spec.file, nodes: topo.compactMap { resolved[$0] },
-                              links: uniqueLinks.map(\.0), warnings: warnings, environment: spec.environment,
-                              latencyBudgetMs: spec.latencyBudgetMs)
     }
 
     /// A configuration that the parameter schema accepted but its struct could not decode.

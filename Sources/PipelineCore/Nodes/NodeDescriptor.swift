@@ -139,6 +139,11 @@ public struct NodeDescriptor: Sendable {
     public var executor: ExecutorClass
     /// The plugin that registered this type (its name and path), `nil` for types linked in.
     public var plugin: PluginInfo?
+    /// Its nodes are ``FrameProcessor``s that may be called directly in their producer's task when a
+    /// plain chain links them (operator fusion, ``PipelinePlan``), instead of each running in a task of
+    /// its own behind a queue. Declared by the type, so that a plan is made before any node exists; a
+    /// type that declares it and builds a node that is not a frame processor fails when built.
+    public var fusable: Bool
     /// Decodes checked parameter values (defaults applied) into the type's configuration.
     /// Throws `DecodingError` or ``ConfigurationError``; the validator reports it with the node's location.
     public var decode: @Sendable (NodeConfig) throws -> any Sendable
@@ -147,6 +152,10 @@ public struct NodeDescriptor: Sendable {
     /// Creates a node instance from the decoded configuration. Called when the pipeline is built
     /// (and again on restart).
     public var build: @Sendable (any Sendable, NodeEnvironment) throws -> any Node
+    /// Where `parameters` and the configuration's properties disagree (a parameter its decoding never
+    /// reads, a name it reads that no parameter declares); see ``ParameterDecoder/schemaProblems(_:parameters:)``.
+    /// Always empty for descriptors over the untyped ``NodeConfig``.
+    public var declarationProblems: @Sendable ([ParamSpec]) -> [String]
 
     /// Creates a descriptor whose configuration is the typed value `Configuration`.
     public init<Configuration: NodeConfiguration>(
@@ -157,6 +166,7 @@ public struct NodeDescriptor: Sendable {
         format: FormatRule = .passthrough,
         defaultOverflow: OverflowPolicy = .block,
         executor: ExecutorClass = .bulk,
+        fusable: Bool = false,
         make: @escaping @Sendable (Configuration, NodeEnvironment) throws -> any Node
     ) {
         self.type = type
@@ -168,8 +178,10 @@ public struct NodeDescriptor: Sendable {
         self.format = format
         self.defaultOverflow = defaultOverflow
         self.executor = executor
+        self.fusable = fusable
         self.plugin = nil
         self.decode = { config in try ParameterDecoder.decode(Configuration.self, from: config.values) }
+        self.declarationProblems = { specs in ParameterDecoder.schemaProblems(Configuration.self, parameters: specs) }
         self.check = { c, environment in (c as? Configuration)?.problems(environment: environment) ?? [] }
         self.build = { c, env in
             guard let c = c as? Configuration else {
@@ -188,6 +200,7 @@ public struct NodeDescriptor: Sendable {
                 format: FormatRule = .passthrough,
                 defaultOverflow: OverflowPolicy = .block,
                 executor: ExecutorClass = .bulk,
+                fusable: Bool = false,
                 check: @escaping @Sendable (NodeConfig) -> [String] = { _ in [] },
                 make: @escaping @Sendable (NodeConfig) throws -> any Node) {
         self.type = type
@@ -199,8 +212,10 @@ public struct NodeDescriptor: Sendable {
         self.format = format
         self.defaultOverflow = defaultOverflow
         self.executor = executor
+        self.fusable = fusable
         self.plugin = nil
         self.decode = { $0 }
+        self.declarationProblems = { _ in [] }
         self.check = { c, _ in (c as? NodeConfig).map(check) ?? [] }
         self.build = { c, env in
             guard let c = c as? NodeConfig else {
@@ -247,14 +262,22 @@ public struct NodeDescriptor: Sendable {
 /// package adds its own with ``register(_:)`` and runs the same CLI with the result.
 public struct NodeRegistry: Sendable {
     private var byType: [String: NodeDescriptor] = [:]
+    private var problemsByType: [String: [String]] = [:]
 
     /// An empty registry.
     public init() {}
 
-    /// Adds (or replaces) a node type.
+    /// Adds (or replaces) a node type. Its parameter list is checked against its configuration here
+    /// (``NodeDescriptor/declarationProblems``); a graph that uses a type whose two declarations
+    /// disagree is refused, naming each disagreement.
     public mutating func register(_ descriptor: NodeDescriptor) {
         byType[descriptor.type] = descriptor
+        let problems = descriptor.declarationProblems(descriptor.parameters)
+        problemsByType[descriptor.type] = problems.isEmpty ? nil : problems
     }
+
+    /// Where the parameter list of `type` and its configuration disagree (empty when they agree).
+    public func declarationProblems(_ type: String) -> [String] { problemsByType[type] ?? [] }
 
     /// The descriptor for `type`.
     public func descriptor(_ type: String) -> NodeDescriptor? { byType[type] }

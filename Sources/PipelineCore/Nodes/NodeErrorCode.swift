@@ -1,7 +1,9 @@
 /// The stable, machine-readable code of a ``NodeError`` (`file_not_found`, `device_busy`, ...): what
-/// `error` events, exit messages and clients see. The built-in codes are named here, once, so that the
-/// node that throws and the code that reacts use the same constant; a plugin or an app names its own
-/// with a string literal (`"my_code"`).
+/// `error` events, exit messages and clients see. The codes any family of nodes may use (files, devices,
+/// servers, models) are named here, once, so that the node that throws and the code that reacts use the
+/// same constant; a node family's own codes live with the family (Whisper's, the digital human's, the
+/// speech services') as extensions of this type; a plugin or an app names its own with a string
+/// literal (`"my_code"`).
 public struct NodeErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
     public var rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
@@ -46,11 +48,9 @@ extension NodeErrorCode {
     public static let fileUnwritable: NodeErrorCode = "file_unwritable"
     public static let flushFailed: NodeErrorCode = "flush_failed"
     public static let formatChanged: NodeErrorCode = "format_changed"
-    public static let ivhConfiguration: NodeErrorCode = "ivh_configuration"
     public static let missingCredentials: NodeErrorCode = "missing_credentials"
     public static let modelLoad: NodeErrorCode = "model_load"
     public static let modelMissing: NodeErrorCode = "model_missing"
-    public static let natsConfig: NodeErrorCode = "nats_config"
     public static let needsAudio: NodeErrorCode = "needs_audio"
     public static let needsOpus: NodeErrorCode = "needs_opus"
     public static let noSamples: NodeErrorCode = "no_samples"
@@ -68,9 +68,6 @@ extension NodeErrorCode {
     public static let serverUnavailable: NodeErrorCode = "server_unavailable"
     public static let spoolUnwritable: NodeErrorCode = "spool_unwritable"
     public static let synthesisFailed: NodeErrorCode = "synthesis_failed"
-    public static let tencentDisconnected: NodeErrorCode = "tencent_disconnected"
-    public static let tencentTimeout: NodeErrorCode = "tencent_timeout"
-    public static let tencentUnreachable: NodeErrorCode = "tencent_unreachable"
     public static let tfliteMissing: NodeErrorCode = "tflite_missing"
     public static let truncatedFile: NodeErrorCode = "truncated_file"
     public static let truncatedWav: NodeErrorCode = "truncated_wav"
@@ -87,14 +84,6 @@ extension NodeErrorCode {
     public static let wakeFailed: NodeErrorCode = "wake_failed"
     public static let wakeModel: NodeErrorCode = "wake_model"
     public static let wakeModelMissing: NodeErrorCode = "wake_model_missing"
-    public static let whisperDecode: NodeErrorCode = "whisper_decode"
-    public static let whisperLibraryMissing: NodeErrorCode = "whisper_library_missing"
-    public static let whisperModel: NodeErrorCode = "whisper_model"
-    public static let whisperState: NodeErrorCode = "whisper_state"
     public static let workerClosed: NodeErrorCode = "worker_closed"
     public static let writeFailed: NodeErrorCode = "write_failed"
-    public static let wyomingAudioFormat: NodeErrorCode = "wyoming_audio_format"
-    public static let wyomingDisconnected: NodeErrorCode = "wyoming_disconnected"
-    public static let wyomingTimeout: NodeErrorCode = "wyoming_timeout"
-    public static let wyomingUnreachable: NodeErrorCode = "wyoming_unreachable"
 }

@@ -136,3 +136,24 @@ extension NodeRegistry {
         for d in types { register(d) }
     }
 }
+
+extension NodeRegistry {
+    /// Loads every plugin `spec` names (`plugins:` in a graph file, ``GraphBuilder/plugin(_:file:line:column:)``
+    /// in code) and registers its node types: the step before validation, and the only one on the way
+    /// from a graph to running nodes that loads code. Relative paths are taken from the graph file's
+    /// folder. Returns a problem for each plugin that could not be loaded, located where it is named.
+    public mutating func loadPlugins(of spec: GraphSpec) -> [GraphIssue] {
+        let directory = spec.file.hasPrefix("<") ? nil : (spec.file as NSString).deletingLastPathComponent
+        var issues: [GraphIssue] = []
+        for ref in spec.plugins {
+            // A plugin named in Swift code is found from the working directory, not from the source file's folder.
+            let directory = ref.location.inCode ? nil : directory
+            do {
+                try loadPlugin(ref.name, relativeTo: directory.map { $0.isEmpty ? "." : $0 }, environment: spec.environment)
+            } catch {
+                issues.append(GraphIssue(.plugin, at: ref.location, "\(error.description)"))
+            }
+        }
+        return issues
+    }
+}

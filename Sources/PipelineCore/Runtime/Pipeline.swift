@@ -69,6 +69,8 @@ public final class Pipeline: Sendable {
     let counters: [String: NodeCounters]
     let fused: Set<String>
     let fusedEdges: [String: FusedLink]
+    /// Queues, fused links and build order, decided before any node was made.
+    public let plan: PipelinePlan
     let mediaClock: MediaClock
 
     /// Builds the pipeline: creates every edge and node (nothing runs yet).
@@ -92,30 +94,18 @@ public final class Pipeline: Sendable {
         let mediaClock = MediaClock(clock)
         self.mediaClock = mediaClock
         self.shared = PipelineShared(lifecycle: PipelineLifecycle(drainTimeout: options.drainTimeout, now: mediaClock.now))
-        var edges: [String: BoundedEdge] = [:]
+        let plan = PipelinePlan(graph, fusion: options.fusion)
+        self.plan = plan
         // One queue per consumer input port; several links into one port share it (fan-in).
-        let byInput = Dictionary(grouping: graph.links, by: { "\($0.toNode).\($0.toPort)" })
-        for key in byInput.keys.sorted() {
-            let links = byInput[key]!
-            let label = links.count == 1 ? links[0].label : links.map { "\($0.fromNode).\($0.fromPort)" }.joined(separator: "+") + " -> \(key)"
-            edges[key] = BoundedEdge(capacity: links.map(\.capacity).max()!, overflow: links[0].overflow, label: label, producers: links.count,
-                                     clock: mediaClock)
+        var edges: [String: BoundedEdge] = [:]
+        for q in plan.queues {
+            edges[q.input] = BoundedEdge(capacity: q.capacity, overflow: q.overflow, label: q.label, producers: q.producers, clock: mediaClock)
         }
-        var seenInputs: Set<String> = []
-        self.edgeOrder = graph.links.map { "\($0.toNode).\($0.toPort)" }.filter { seenInputs.insert($0).inserted }
-
-        // Indexes over nodes and links, so that building stays linear in their number (a chain of
-        // 10,000 nodes is built in a moment, not minutes).
+        self.edgeOrder = plan.inputOrder
+        self.edges = edges
         let nodeByID = Dictionary(graph.nodes.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        var linksInto: [String: Int] = [:], linksFromPort: [String: Int] = [:]
         var linksFrom: [String: [ResolvedLink]] = [:]
-        var loopInputs: Set<String> = []
-        for l in graph.links {
-            linksInto[l.toNode, default: 0] += 1
-            linksFromPort["\(l.fromNode).\(l.fromPort)", default: 0] += 1
-            linksFrom[l.fromNode, default: []].append(l)
-            if l.closesLoop { loopInputs.insert("\(l.toNode).\(l.toPort)") }
-        }
+        for l in graph.links { linksFrom[l.fromNode, default: []].append(l) }
 
         var instances: [String: any Node] = [:]
         for n in graph.nodes {
@@ -124,34 +114,20 @@ public final class Pipeline: Sendable {
             } catch {
                 throw PipelineError(node: n.id, code: (error as? NodeError)?.code ?? .createFailed, message: "\(error)")
             }
-        }
-        self.instances = LockedValue(instances)
-
-        // Operator fusion: a FrameProcessor fed by exactly one lossless link from another
-        // FrameProcessor whose port feeds nothing else is called directly in its producer's task.
-        let fusion = options.fusion
-        var fusedLinks: Set<ResolvedLink> = []
-        if fusion {
-            for l in graph.links {
-                guard let down = nodeByID[l.toNode], let up = nodeByID[l.fromNode],
-                      instances[l.toNode] is any FrameProcessor, instances[l.fromNode] is any FrameProcessor,
-                      !up.descriptor.isSource, down.restart == nil, up.restart == nil, l.overflow == .block,
-                      up.executor == down.executor,
-                      l.toPort == down.descriptor.defaultInput?.name,
-                      linksInto[l.toNode] == 1,
-                      linksFromPort["\(l.fromNode).\(l.fromPort)"] == 1
-                else { continue }
-                fusedLinks.insert(l)
+            if n.descriptor.fusable, !(instances[n.id] is any FrameProcessor) {
+                throw PipelineError(node: n.id, code: .configurationMismatch,
+                                    message: "node type \(n.descriptor.type) declares itself fusable, but its node is not a FrameProcessor")
             }
         }
-        self.fused = Set(fusedLinks.map(\.toNode))
-        for l in fusedLinks { edges.removeValue(forKey: "\(l.toNode).\(l.toPort)") }
-        self.edges = edges
+        self.instances = LockedValue(instances)
+        self.fused = plan.fusedNodes
+        let fusedLinks = plan.fused
         var fusedEdges: [String: FusedLink] = [:]
 
         var contexts: [String: NodeContext] = [:]
         var counters: [String: NodeCounters] = [:]
-        for n in graph.nodes.reversed() {
+        for id in plan.contextOrder {
+            guard let n = nodeByID[id] else { continue }
             let c = NodeCounters()
             counters[n.id] = c
             let carrier = AgeCarrier()
@@ -193,7 +169,7 @@ public final class Pipeline: Sendable {
             }
             var inputs: [String: InputPort] = [:]
             for p in n.descriptor.inputs {
-                let loops = loopInputs.contains("\(n.id).\(p.name)")
+                let loops = plan.loopInputs.contains("\(n.id).\(p.name)")
                 inputs[p.name] = InputPort(name: p.name, edge: edges["\(n.id).\(p.name)"], carrier: carrier, lateness: lateness,
                                            closesLoop: loops)
             }

@@ -46,10 +46,10 @@ public final class NodeHarness: Sendable {
         var registry = registry
         registry.register(descriptor)
         var feeds: [String: AsyncStream<Frame>.Continuation] = [:]
-        var yaml = "version: 1\nname: harness\nnodes:\n"
-        var links = "links:\n"
-        let params = parameters.keys.sorted().map { "\(Self.json($0)): \(Self.json(parameters[$0]!))" }
-        yaml += "  \(Self.nodeID): {\(([("type: " + Self.json(descriptor.type))] + params).joined(separator: ", "))}\n"
+        // Problems with the parameters are reported as the harness's, not as a place in its source.
+        let harness = "<harness \(descriptor.type)>"
+        var graph = GraphBuilder(name: "harness", file: harness, environment: environment)
+        graph.node(Self.nodeID, descriptor.type, parameters, file: harness, line: 0, column: 0)
         for port in descriptor.inputs {
             let (stream, continuation) = AsyncStream<Frame>.makeStream()
             feeds[port.name] = continuation
@@ -59,20 +59,20 @@ public final class NodeHarness: Sendable {
                 outputs: [PortSpec("out", port.kinds, codecs: port.codecs)],
                 configuration: NoConfiguration.self, format: .fixed(inputFormat),
                 make: { _, _ in ScriptedSource([], feed: stream) }))
-            yaml += "  in_\(Self.slug(port.name)): {type: \(type)}\n"
-            links += "  - {from: in_\(Self.slug(port.name)), to: \(Self.nodeID).\(port.name), capacity: 32}\n"
+            graph.node("in_\(Self.slug(port.name))", type)
+            graph.link("in_\(Self.slug(port.name))", to: "\(Self.nodeID).\(port.name)", capacity: 32)
         }
         let recorders = self.recorders
         registry.register(CollectingSink.descriptor(type: "harness-output", recorders: recorders))
         for port in descriptor.outputs {
-            yaml += "  out_\(Self.slug(port.name)): {type: harness-output, key: \(Self.json(port.name))}\n"
-            links += "  - {from: \(Self.nodeID).\(port.name), to: out_\(Self.slug(port.name)), capacity: 1000}\n"
+            graph.node("out_\(Self.slug(port.name))", "harness-output", ["key": .string(port.name)])
+            graph.link("\(Self.nodeID).\(port.name)", to: "out_\(Self.slug(port.name))", capacity: 1000)
         }
-        if descriptor.inputs.isEmpty && descriptor.outputs.isEmpty { links = "links: []\n" }
         self.feeds = feeds
         self.outputNames = descriptor.outputs.map(\.name)
-        self.pipeline = try Pipeline(yaml: yaml + links, registry: registry, file: "<harness \(descriptor.type)>",
-                                     environment: environment, clock: clock)
+        var options = Pipeline.Options()
+        options.clock = clock
+        self.pipeline = try Pipeline(graph, registry: registry, options: options)
     }
 
     /// The node instance under test.
@@ -144,32 +144,6 @@ public final class NodeHarness: Sendable {
         }
         if timedOut.isSet { throw HarnessTimeout(timeout: timeout) }
         return result
-    }
-
-    static func json(_ s: String) -> String {
-        var out = "\""
-        for c in s.unicodeScalars {
-            switch c {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            default:
-                if c.value < 0x20 { out += String(format: "\\u%04x", c.value) } else { out.unicodeScalars.append(c) }
-            }
-        }
-        return out + "\""
-    }
-
-    static func json(_ v: ParamValue) -> String {
-        switch v {
-        case .string(let s): json(s)
-        case .int(let i): String(i)
-        case .double(let d): d.isFinite ? String(d) : json(String(d))
-        case .bool(let b): String(b)
-        case .null: "null"
-        case .list(let l): "[" + l.map(json).joined(separator: ", ") + "]"
-        case .map(let m): "{" + m.keys.sorted().map { "\(json($0)): \(json(m[$0]!))" }.joined(separator: ", ") + "}"
-        }
     }
 
     static func slug(_ port: String) -> String { String(port.map { $0.isLetter || $0.isNumber ? $0 : "_" }) }

@@ -32,6 +32,8 @@ package final class ServeServer: Sendable {
         var pending = 0
     }
     private let state = LockedValue(State())
+    /// Told each time a session, a Wyoming transcription or a reserved upgrade ends (a drain waits on it).
+    private let sessionsChanged = ChangeSignal()
     /// Session events on NATS JetStream (`nats:` in the configuration).
     let events: NATSEventPublisher?
     /// The talk page and the console (Web/).
@@ -99,7 +101,10 @@ package final class ServeServer: Sendable {
     }
 
     /// The upgraded connection ended before its session was admitted (refused by its protocol's checks).
-    func releaseUpgrade() { state.withLock { $0.pending = max(0, $0.pending - 1) } }
+    func releaseUpgrade() {
+        state.withLock { $0.pending = max(0, $0.pending - 1) }
+        sessionsChanged.notify()
+    }
     var isReady: Bool { state.withLock { !$0.draining && $0.sessions.count + $0.wyoming.count < configuration.maxSessions } }
 
     /// Binds the HTTP listener (and the Wyoming ports). Returns the HTTP port (useful with port 0).
@@ -213,13 +218,16 @@ package final class ServeServer: Sendable {
 
     /// Admits a session unless the server is full (draining was checked when its upgrade was accepted).
     func admit(_ session: ServeSession) -> Bool {
-        state.withLock { s in
+        let admitted = state.withLock { s in
             // Its upgrade was reserved before any drain began: a drain since then does not refuse it.
             s.pending = max(0, s.pending - 1)
             guard s.sessions.count + s.wyoming.count < configuration.maxSessions else { return false }
             s.sessions[ObjectIdentifier(session)] = session
             return true
         }
+        // A refused session leaves the count lower than its reservation did.
+        if !admitted { sessionsChanged.notify() }
+        return admitted
     }
 
     /// The same for a Wyoming transcription.
@@ -249,10 +257,12 @@ package final class ServeServer: Sendable {
 
     func removeWyoming(_ token: WyomingToken) {
         _ = state.withLock { $0.wyoming.remove(ObjectIdentifier(token)) }
+        sessionsChanged.notify()
     }
 
     func remove(_ session: ServeSession) {
         _ = state.withLock { $0.sessions.removeValue(forKey: ObjectIdentifier(session)) }
+        sessionsChanged.notify()
     }
 
     /// SIGTERM: stop accepting, let sessions end up to `grace`, then end the rest cleanly; close listeners.
@@ -263,10 +273,7 @@ package final class ServeServer: Sendable {
         }
         logger.notice("draining: no new sessions; \(sessionCount) running, waiting up to \(grace)")
         // The listeners stay up meanwhile: /readyz answers 503, a new session is refused with a 503.
-        let deadline = ContinuousClock.now + grace
-        while sessionCount > 0 && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(50))
-        }
+        _ = await sessionsChanged.wait(until: .now + grace) { [self] in sessionCount == 0 }
         let left = state.withLock { Array($0.sessions.values) }
         if !left.isEmpty { logger.notice("grace period over: ending \(left.count) session(s)") }
         for s in left { s.endForShutdown() }
@@ -274,10 +281,7 @@ package final class ServeServer: Sendable {
         for c in state.withLock({ Array($0.wyomingConnections.values) }) { c.endForShutdown() }
         // Telephone calls end with their queued answer played, then a hangup or a close.
         for c in state.withLock({ Array($0.calls.values) }) { c.endForShutdown() }
-        let until = ContinuousClock.now + .seconds(5)
-        while sessionCount > 0 && ContinuousClock.now < until {
-            try? await Task.sleep(for: .milliseconds(50))
-        }
+        _ = await sessionsChanged.wait(until: .now + .seconds(5)) { [self] in sessionCount == 0 }
         for l in listeners { try? await l.close() }
     }
 

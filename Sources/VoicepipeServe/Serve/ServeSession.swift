@@ -55,10 +55,16 @@ final class ServeSession: Sendable {
         /// When the client last took something (the outbox shrank).
         var lastProgress = ContinuousClock.now
         var warnedDrops = false
+        /// The graph failed: the answer audio it left is not sent.
+        var graphFailed = false
         /// What the console shows of this session, once its graph runs.
         var live: LiveSession?
     }
     private let state: LockedValue<State>
+    /// Told when the client takes something or the connection closes (the end of a session waits on it).
+    private let progress = ChangeSignal()
+    /// Told when the client's audio has ended (the limits' watch ends with it).
+    private let audioEnded = ChangeSignal()
 
     /// The running graph, for the console (nil before it starts).
     var live: LiveSession? { state.withLock { $0.live } }
@@ -143,33 +149,7 @@ final class ServeSession: Sendable {
         state.withLock { $0.pipeline = pipeline; $0.live = live }
         if state.withLock({ $0.closed }) { pipeline.stop() }
         for message in state.withLock({ $0.wire.opened() }) { send(text: message) }
-        let events = pipeline.events(buffer: 10_000)
-        let answerRoute = route.answer
-        let forwarding = Task { [self] in
-            for await e in events {
-                bus.forward(e)
-                self.forward(e)
-                if answerRoute?.interrupts(e) == true { self.interruptAnswer() }
-            }
-        }
-        // The answer's audio: taken from the app-sink as it comes (the graph never waits for the client).
-        let answering = route.answer.flatMap { pipeline.appSink($0.sinkID) }.map { sink in
-            Task { [self] in
-                for await frame in sink.frames {
-                    if let audio = frame.audio { self.answer(audio, marks: frame.marks) }
-                }
-            }
-        }
-        let running = Task { try await pipeline.run() }
-        let watchdog = Task { [self] in await self.watch() }
-        await feed(pipeline)
-        watchdog.cancel()
-        var failure: (any Error)?
-        do { try await running.value } catch { failure = error }
-        // The bus ends with the pipeline; the forwarder may still be writing the last events.
-        _ = await forwarding.value
-        if failure != nil { answering?.cancel() }
-        await answering?.value
+        let failure = await runGraph(pipeline, bus: bus)
         if failure == nil { await drainOutbox() }
         let stats = pipeline.edgeStats
         let drops = stats.reduce(0) { $0 + Int($1.dropped) }
@@ -191,6 +171,55 @@ final class ServeSession: Sendable {
             for message in state.withLock({ $0.wire.finished() }) { send(text: message) }
         }
         close(.normalClosure)
+    }
+
+    /// Runs the session's graph with everything around it as one task group: the graph, the events
+    /// forwarded to the client, the answer audio taken from its app-sink, the limits' watch, and the
+    /// client's audio pushed in (this task). Returns the graph's failure, if it failed.
+    private func runGraph(_ pipeline: Pipeline, bus: SessionEvents) async -> (any Error)? {
+        enum Part: Sendable { case graph((any Error)?), forwarded, answered, watched }
+        let events = pipeline.events(buffer: 10_000)
+        let answerRoute = route.answer
+        let answerSink = route.answer.flatMap { pipeline.appSink($0.sinkID) }
+        return await withTaskGroup(of: Part.self) { group in
+            group.addTask {
+                do { try await pipeline.run(); return .graph(nil) } catch { return .graph(error) }
+            }
+            // Ends with the pipeline's event bus, after the last event is written.
+            group.addTask { [self] in
+                for await e in events {
+                    bus.forward(e)
+                    self.forward(e)
+                    if answerRoute?.interrupts(e) == true { self.interruptAnswer() }
+                }
+                return .forwarded
+            }
+            // The answer's audio: taken from the app-sink as it comes (the graph never waits for the client).
+            if let answerSink {
+                group.addTask { [self] in
+                    for await frame in answerSink.frames {
+                        // After a failure, what the answer still holds is not sent (the error is).
+                        if self.state.withLock({ $0.graphFailed }) { break }
+                        if let audio = frame.audio { self.answer(audio, marks: frame.marks) }
+                    }
+                    return .answered
+                }
+            }
+            group.addTask { [self] in
+                await self.watch()
+                return .watched
+            }
+            // The client's audio, until it ends (which also ends the watch).
+            await feed(pipeline)
+            var failure: (any Error)?
+            while let part = await group.next() {
+                if case .graph(let error?) = part {
+                    failure = error
+                    state.withLock { $0.graphFailed = true }
+                }
+            }
+            return failure
+        }
     }
 
     /// The session's id on the bus: the protocol's (Tencent's voice_id); else `session_id` or `voice_id` from the query, else random.
@@ -248,17 +277,24 @@ final class ServeSession: Sendable {
             break
         }
         state.withLock { $0.finished = true }
+        audioEnded.notify()
         source.finish()
     }
 
-    /// Ends the audio at `max_duration_s`; Tencent's 4008 (websocket: an `idle` error) after `idle_timeout_ms` without audio.
+    /// Ends the audio at `max_duration_s`; Tencent's 4008 (websocket: an `idle` error) after `idle_timeout_ms`
+    /// without audio. Sleeps until the nearer of the two deadlines (the idle one moves with the audio), and
+    /// ends when the client's audio ends.
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(100))
-            if Task.isCancelled { return }
+        let idle = Duration.milliseconds(route.idleTimeoutMs)
+        while true {
             let (last, finished) = state.withLock { ($0.lastAudio, $0.finished) }
-            if finished { return }
+            if finished || Task.isCancelled { return }
+            let next = min(limit, last + idle)
+            if ContinuousClock.now < next {
+                _ = await audioEnded.wait(until: next) { [self] in state.withLock { $0.finished } }
+                continue
+            }
             if ContinuousClock.now >= limit {
                 server.metrics.error(route: route.name, code: "max_duration")
                 state.withLock { $0.outcome = "limit" }
@@ -266,7 +302,7 @@ final class ServeSession: Sendable {
                 inbox.finish()
                 return
             }
-            if ContinuousClock.now - last > .milliseconds(route.idleTimeoutMs) {
+            if ContinuousClock.now - last >= idle {
                 server.metrics.error(route: route.name, code: "idle")
                 state.withLock { $0.outcome = "idle" }
                 fail(code: 4008, websocketCode: "idle", message: "no audio for \(route.idleTimeoutMs) ms", close: .normalClosure)
@@ -329,13 +365,16 @@ final class ServeSession: Sendable {
         guard route.answer != nil else { return }
         state.withLock { $0.lastProgress = .now }
         while true {
-            let (empty, closed, last) = state.withLock { ($0.outbox.isEmpty, $0.closed, $0.lastProgress) }
-            if empty || closed { return }
-            if ContinuousClock.now - last > Self.stallLimit {
+            let last = state.withLock { $0.lastProgress }
+            let done = await progress.wait(until: last + Self.stallLimit) { [self] in
+                state.withLock { $0.outbox.isEmpty || $0.closed }
+            }
+            if done { return }
+            // The deadline passed: the client stalled, unless it took something meanwhile.
+            if state.withLock({ $0.lastProgress }) == last {
                 logger.info("route '\(route.name)': the client took nothing for \(Self.stallLimit); closing without the rest of the answer audio")
                 return
             }
-            try? await Task.sleep(for: .milliseconds(20))
         }
     }
 
@@ -382,6 +421,7 @@ final class ServeSession: Sendable {
         guard wrote else { return }
         channel.flush()
         state.withLock { $0.lastProgress = .now }
+        progress.notify()
         if audioNanos > 0 { server.metrics.answerSent(route: route.name, seconds: Double(audioNanos) / 1e9) }
     }
 
@@ -399,6 +439,7 @@ final class ServeSession: Sendable {
     private func close(_ code: WebSocketErrorCode) {
         let already = state.withLock { s -> Bool in defer { s.closed = true }; return s.closed }
         guard !already else { return }
+        progress.notify()
         inbox.finish()
         let channel = self.channel
         channel.eventLoop.execute { [self] in

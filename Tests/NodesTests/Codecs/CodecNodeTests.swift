@@ -123,7 +123,7 @@ struct CodecNodeTests {
         var registry = DSPFixtures.registry(clean, more: ["dsp-collect-fec": fec, "dsp-collect-plc": plc])
         registry.register(NodeDescriptor(type: "dsp-loss", summary: "test", inputs: [PortSpec("in", [.encoded])],
                                          outputs: [PortSpec("out", [.encoded])], format: .none,
-                                         make: { _ in DSPLossNode(every: 7) }))
+                                         fusable: true, make: { _ in DSPLossNode(every: 7) }))
         let yaml = """
         version: 1
         nodes:

@@ -53,4 +53,33 @@ struct EmbeddingTests {
         #expect(mic.dropped == 0)
         #expect(pipeline.edgeStats.allSatisfy { $0.dropped == 0 })
     }
+    @Test("the README's GraphBuilder example is valid as written, and meters what the app pushes")
+    func builderExample() async throws {
+        // README:builder:begin
+        var g = GraphBuilder(name: "meter")
+        g.node("mic", "app-source", ["rate": 16000, "channels": 1])
+        g.node("vol", "volume", ["interval_ms": 100])
+        g.node("out", "null-sink")
+        g.chain("mic", "vol", "out")
+        let meter = try Pipeline(g, registry: BuiltinNodes.registry())
+        // README:builder:end
+        let source = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8)
+        let begin = try #require(source.range(of: "// README:builder:begin\n")), end = try #require(source.range(of: "        // README:builder:end"))
+        let example = source[begin.upperBound..<end.lowerBound].split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.dropFirst(8) }.joined(separator: "\n")
+        let readme = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../../README.md").standardized, encoding: .utf8)
+        #expect(readme.contains("```swift\n" + example + "```"), "README.md's GraphBuilder example differs from this test's")
+
+        let events = meter.events()
+        let mic = try #require(meter.appSource("mic"))
+        async let run: Void = meter.run()
+        await mic.push([Int16](repeating: 3000, count: 16000))
+        mic.finish()
+        try await run
+        var volumes = 0
+        for await e in events where e.name == .volume { volumes += 1 }
+        #expect(volumes >= 9)
+        #expect(meter.state == .finished(.completed))
+    }
 }

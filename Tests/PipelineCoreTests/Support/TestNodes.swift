@@ -54,7 +54,7 @@ let board = TestBoard()
 func testRegistry() -> NodeRegistry {
     var r = NodeRegistry()
     r.register(NodeDescriptor(type: "hold", summary: "delays frames", parameters: [ParamSpec("hold_ms", .int, default: .int(0), doc: "")],
-                              make: { c in HoldNode(hold: .milliseconds(c.int("hold_ms", default: 0))) }))
+                              fusable: true, make: { c in HoldNode(hold: .milliseconds(c.int("hold_ms", default: 0))) }))
     r.register(NodeDescriptor(
         type: "scripted-source", summary: "test source", family: "sources", inputs: [],
         outputs: [PortSpec("out", [.audio])],
@@ -73,7 +73,7 @@ func testRegistry() -> NodeRegistry {
     var collect = CollectingSink.descriptor(type: "collect", recorders: board.recorders)
     collect.parameters[0] = ParamSpec("key", .string, required: true, doc: "recorder key")
     r.register(collect)
-    r.register(NodeDescriptor(type: "pass", summary: "pass-through", family: "DSP", make: { _ in PassThrough() }))
+    r.register(NodeDescriptor(type: "pass", summary: "pass-through", family: "DSP", fusable: true, make: { _ in PassThrough() }))
     r.register(NodeDescriptor(
         type: "flaky", summary: "fails", family: "DSP",
         parameters: [ParamSpec("failures", .int, default: .int(1), doc: "times to fail"), ParamSpec("after", .int, default: .int(3), doc: "frames before failing"),
@@ -96,10 +96,10 @@ func testRegistry() -> NodeRegistry {
         format: FormatRule(output: { _, f in f }, accepts: { _, f in
             f.sampleRate == 16000 && f.channels == 1 ? nil : "needs 16000 Hz mono; add a resample node"
         }),
-        make: { _ in PassThrough() }))
+        fusable: true, make: { _ in PassThrough() }))
     r.register(NodeDescriptor(
         type: "texter", summary: "text only", family: "DSP", inputs: [PortSpec("in", [.text])], outputs: [PortSpec("out", [.text])],
-        make: { _ in PassThrough() }))
+        fusable: true, make: { _ in PassThrough() }))
     return r
 }
 
@@ -135,5 +135,26 @@ final class StopperNode: Node {
             n += 1
             if n == after { context.requestPipelineStop() }
         }
+    }
+}
+
+/// A test graph declared in code: `nodes` as (id, type, parameters), and `links` as chains
+/// (`"a -> b.port -> c"`), the way a graph file writes them.
+func graph(_ nodes: [(String, String, [String: ParamValue])], links: [String], file: String = #fileID, line: Int = #line) -> GraphBuilder {
+    var g = GraphBuilder(name: "test", file: file)
+    for (id, type, parameters) in nodes { g.node(id, type, parameters, file: file, line: line, column: 1) }
+    for chain in links {
+        let parts = chain.components(separatedBy: "->").map { $0.trimmingCharacters(in: .whitespaces) }
+        for i in 0..<(parts.count - 1) { g.link(parts[i], to: parts[i + 1], file: file, line: line, column: 1) }
+    }
+    return g
+}
+
+extension Pipeline.Options {
+    /// Options with `clock`.
+    static func on(_ clock: any Clock<Duration>) -> Pipeline.Options {
+        var o = Pipeline.Options()
+        o.clock = clock
+        return o
     }
 }

@@ -62,7 +62,7 @@ func registry(frames: Int, samples: Int, interval: Int, sink: BenchSink) -> Node
     var r = BuiltinNodes.registry()
     r.register(NodeDescriptor(type: "bench-source", summary: "bench", family: "bench", inputs: [], outputs: [PortSpec("out", [.audio])],
                               format: .none, make: { _ in BenchSource(frames: frames, samples: samples, intervalMicros: interval) }))
-    r.register(NodeDescriptor(type: "bench-pass", summary: "bench", family: "bench", make: { _ in BenchPass() }))
+    r.register(NodeDescriptor(type: "bench-pass", summary: "bench", family: "bench", fusable: true, make: { _ in BenchPass() }))
     r.register(NodeDescriptor(type: "bench-sink", summary: "bench", family: "bench", inputs: [PortSpec("in", [.audio])], outputs: [],
                               format: .none, make: { _ in sink }))
     return r

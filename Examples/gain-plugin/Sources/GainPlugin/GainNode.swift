@@ -42,5 +42,6 @@ public actor GainNode: FrameProcessor {
         inputs: [PortSpec("in", [.audio])],
         outputs: [PortSpec("out", [.audio]), .events],
         configuration: Configuration.self,
+        fusable: true,
         make: { c, _ in GainNode(configuration: c) })
 }
