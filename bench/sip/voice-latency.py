@@ -136,9 +136,9 @@ def main():
     for c in codecs:
         if c not in CODECS:
             sys.exit(f"voice-latency: unknown codec {c!r}; expected some of {', '.join(CODECS)}")
-    for tool in ("baresip", "sox", "flite"):
-        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            sys.exit(f"voice-latency: {tool} not found (Debian package {tool})")
+    for program in ("baresip", "sox", "flite"):
+        if subprocess.run(["which", program], capture_output=True).returncode != 0:
+            sys.exit(f"voice-latency: {program} not found (Debian package {program})")
 
     tmp = tempfile.mkdtemp(prefix="voice-latency-")
     chat_port, http_port, sip_port = free_port(), free_port(), free_port()
