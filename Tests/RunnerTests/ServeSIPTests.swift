@@ -94,6 +94,32 @@ struct ServeSIPTests {
         #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
     }
 
+    @Test("A late offer: an INVITE without SDP gets voicepipe's offer in the 200, and the codec comes from the ACK's answer; an ACK without one ends the call with a BYE")
+    func lateOffer() throws {
+        let dir = tempDir()
+        let (server, port, sipPort, events) = try Self.start(in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        // SIPp checks the offer (PCMU, PCMA, G.722, Opus, telephone-event) and answers PCMA alone.
+        let r = try Self.sipp(sipPort, "late_offer.xml", dir: dir)
+        #expect(r.status == 0, "\(r.stdout.suffix(600)) \(Self.sippLog(dir, "late_offer.xml"))")
+        let e = Self.events(events)
+        #expect(e.first?["event"] as? String == "call_start" && e.first?["codec"] as? String == "pcma", "\(e)")
+        #expect(e.last?["event"] as? String == "call_end" && e.last?["reason"] as? String == "hangup", "\(e)")
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 1"))
+        // The RTP port named in the offer is the one that receives: SIPp's A-law recording arrived.
+        #expect(try Self.value(port, "voicepipe_audio_bytes_total{route=\"phone\"}") > 8000)
+        // The same over TCP.
+        let t = try Self.sipp(sipPort, "late_offer.xml", tcp: true, dir: dir)
+        #expect(t.status == 0, "\(t.stdout.suffix(600)) \(Self.sippLog(dir, "late_offer.xml"))")
+        #expect(try Self.metric(port, "voicepipe_sessions_total{route=\"phone\",outcome=\"hangup\"} 2"))
+        // No answer in the ACK: SIPp receives a BYE whose Reason says so; no session is counted.
+        let n = try Self.sipp(sipPort, "late_offer_no_answer.xml", dir: dir)
+        #expect(n.status == 0, "\(n.stdout.suffix(600)) \(Self.sippLog(dir, "late_offer_no_answer.xml"))")
+        #expect(try Self.metric(port, "voicepipe_errors_total{route=\"phone\",code=\"bad_answer\"} 1"))
+        #expect(try Self.metric(port, "voicepipe_sessions_active{route=\"phone\"} 0"))
+        #expect(try !ServeTests.http(port, "/metrics").body.contains("outcome=\"completed\""))
+    }
+
     @Test("No RTP for rtp_timeout_s: voicepipe ends the call with its own BYE, which SIPp answers")
     func byeFromVoicepipe() throws {
         let dir = tempDir()
@@ -573,6 +599,63 @@ struct SIPCallCommandTests {
         let recorded = try FileManager.default.contentsOfDirectory(atPath: rec.path).first { $0.hasSuffix("-dec.wav") }
         let theirs = try Self.check(ourTones, rec.appendingPathComponent(try #require(recorded, "baresip recorded nothing")).path)
         #expect(Self.heardTones(theirs), "\(theirs)")
+    }
+
+    @Test("pipelines/intercom-sip.yaml calls a SIP phone (baresip, answering by itself): the phone hears the intercom's microphone through the echo canceller, the intercom's loudspeaker plays the phone")
+    func intercomCallsPhone() throws {
+        let dir = tempDir()
+        // The phone plays 440 Hz and 1 kHz, then 4 s of silence; the intercom's microphone 700 Hz and 1.2 kHz
+        // once the phone is silent: the echo canceller, whose reference is what the phone sends, suppresses
+        // the microphone while the far end talks (and while it converges), as it should.
+        let phoneTones = dir.appendingPathComponent("phone.wav").path
+        _ = try ServeTests.voicepipeLike("/usr/bin/sox", [try Self.tones(dir, rate: 8000), phoneTones, "pad", "0", "4"])
+        let micTones = dir.appendingPathComponent("mic.wav").path
+        var parts: [String] = []
+        for (i, seg) in ["trim 0 3.8", "synth 0.8 sine 700 vol 0.5", "trim 0 0.6", "synth 0.8 sine 1200 vol 0.5", "trim 0 0.6"].enumerated() {
+            let p = dir.appendingPathComponent("mic\(i).wav").path
+            _ = try ServeTests.voicepipeLike("/usr/bin/sox", ["-n", "-r", "16000", "-c", "1", "-b", "16", p] + seg.split(separator: " ").map(String.init))
+            parts.append(p)
+        }
+        _ = try ServeTests.voicepipeLike("/usr/bin/sox", parts + [micTones])
+        let conf = dir.appendingPathComponent("phone"), rec = conf.appendingPathComponent("rec")
+        try FileManager.default.createDirectory(at: rec, withIntermediateDirectories: true)
+        let port = ServeSIPTests.baresipPort()
+        try """
+            poll_method poll
+            sip_listen 127.0.0.1:\(port)
+            audio_player alsa,null
+            audio_alert alsa,null
+            audio_source aufile,\(phoneTones)
+            module_path /usr/lib/baresip/modules
+            module g711.so
+            module aufile.so
+            module alsa.so
+            module sndfile.so
+            module_app account.so
+            module_app menu.so
+            snd_path \(rec.path)
+            rtp_timeout 0
+            """.write(to: conf.appendingPathComponent("config"), atomically: true, encoding: .utf8)
+        try "<sip:phone@127.0.0.1>;regint=0;answermode=auto;audio_codecs=PCMU/8000/1\n".write(to: conf.appendingPathComponent("accounts"), atomically: true, encoding: .utf8)
+        let phone = try Running("/usr/bin/baresip", ["-f", conf.path, "-t", "15"])
+        defer { phone.signal(SIGTERM); _ = phone.wait(timeout: 10) }
+        for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(port)")) { usleep(100_000) }
+        let speaker = dir.appendingPathComponent("speaker.wav")
+        let graph = packageRoot.appendingPathComponent("pipelines/intercom-sip.yaml").path
+        let env = ProcessInfo.processInfo.environment.merging(["SOURCE": "file", "MIC_FILE": micTones, "SINK": "file", "SPEAKER_FILE": speaker.path]) { $1 }
+        let r = try voicepipe(["call", "sip:phone@127.0.0.1:\(port)", graph, "--codecs", "pcmu"], environment: env)
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("call ended:"), "\(r.stdout)")
+        // The loudspeaker played the phone's tones.
+        let ours = try Self.check(phoneTones, speaker.path)
+        #expect(Self.heardTones(ours), "\(ours)")
+        // The phone heard the microphone's.
+        let recorded = try FileManager.default.contentsOfDirectory(atPath: rec.path).first { $0.hasSuffix("-dec.wav") }
+        let theirs = try Self.check(micTones, rec.appendingPathComponent(try #require(recorded, "the phone recorded nothing")).path)
+        // (Its recording starts with the call; the microphone's file with the graph, a little earlier.)
+        let tones = theirs["tones"] as? [[String: Any]] ?? []
+        #expect((theirs["correlation"] as? Double ?? 0) > 0.8 && (-300..<1500).contains(theirs["delay_ms"] as? Int ?? 9999), "\(theirs)")
+        #expect(tones.map { $0["hz"] as? Int ?? 0 } == [700, 1200] && tones.allSatisfy { ($0["share"] as? Double ?? 0) > 0.6 }, "\(theirs)")
     }
 
     @Test("SIPp's answering scenario: voicepipe's BYE after --max-duration ends the call SIPp expects")

@@ -89,33 +89,37 @@ final class SIPCall: TelephoneCall {
             peer.send(r)
             last = r
         }
-        // The offer.
+        // The offer; or none (a late offer, RFC 3261 §13.2.1): voicepipe offers in its 200 and the caller
+        // answers in the ACK.
         let contentType = invite["Content-Type"]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
-        guard !invite.body.isEmpty, contentType == "application/sdp" else {
+        let lateOffer = invite.body.isEmpty
+        guard lateOffer || contentType == "application/sdp" else {
             server.metrics.error(route: route.name, code: "no_offer")
-            final(488, warning: invite.body.isEmpty ? "an INVITE without an SDP offer is not supported" : "the body is \(contentType ?? "untyped"), not application/sdp")
+            final(488, warning: "the body is \(contentType ?? "untyped"), not application/sdp")
             await awaitACK(&iterator, final: last, cseq: inviteCSeq)
             return
         }
-        let offer: SessionDescription
-        do {
-            offer = try SessionDescription.parse(String(decoding: invite.body, as: UTF8.self))
-        } catch {
-            server.metrics.error(route: route.name, code: "bad_sdp")
-            logger.info("route '\(route.name)': call \(callID): bad SDP: \(error.message)")
-            final(400, "Bad SDP", warning: error.message)
-            await awaitACK(&iterator, final: last, cseq: inviteCSeq)
-            return
-        }
-        var negotiation: MediaNegotiation
-        do {
-            negotiation = try MediaNegotiation.negotiate(offer: offer, preferences: options.codecs)
-        } catch {
-            server.metrics.error(route: route.name, code: "no_common_codec")
-            logger.info("route '\(route.name)': call \(callID): \(error)")
-            final(488, warning: "\(error); this route takes \(options.codecs.map(\.rawValue).joined(separator: ", "))")
-            await awaitACK(&iterator, final: last, cseq: inviteCSeq)
-            return
+        var negotiation: MediaNegotiation?
+        if !lateOffer {
+            let offer: SessionDescription
+            do {
+                offer = try SessionDescription.parse(String(decoding: invite.body, as: UTF8.self))
+            } catch {
+                server.metrics.error(route: route.name, code: "bad_sdp")
+                logger.info("route '\(route.name)': call \(callID): bad SDP: \(error.message)")
+                final(400, "Bad SDP", warning: error.message)
+                await awaitACK(&iterator, final: last, cseq: inviteCSeq)
+                return
+            }
+            do {
+                negotiation = try MediaNegotiation.negotiate(offer: offer, preferences: options.codecs)
+            } catch {
+                server.metrics.error(route: route.name, code: "no_common_codec")
+                logger.info("route '\(route.name)': call \(callID): \(error)")
+                final(488, warning: "\(error); this route takes \(options.codecs.map(\.rawValue).joined(separator: ", "))")
+                await awaitACK(&iterator, final: last, cseq: inviteCSeq)
+                return
+            }
         }
         // Admission.
         let token = WyomingToken()
@@ -131,23 +135,25 @@ final class SIPCall: TelephoneCall {
         // The graph, the codec and the RTP socket.
         let pipeline: Pipeline
         let source: AppSourceNode
-        let callMedia: CallMedia
+        // The call's media: made now when the INVITE had the offer, after the ACK's answer on a late offer
+        // (on the port reserved here and named in voicepipe's offer).
+        var callMediaSlot: CallMedia?
+        defer { callMediaSlot?.close() }
         let rtpPort: Int
         do {
             pipeline = try Pipeline(graph: route.graph, logger: Logger(label: "voicepipe.serve.\(route.name)"))
             guard let s = pipeline.appSource(route.sourceID) else { throw PipelineError(node: route.sourceID, code: "no_source", message: "no app-source") }
             source = s
-            let (metrics, name) = (server.metrics, route.name)
-            callMedia = try CallMedia(negotiation: negotiation, graphFormat: route.format, jitterMs: options.jitterMinMs...max(options.jitterMinMs, options.jitterMaxMs),
-                                      answerBufferMs: route.answer?.bufferMs ?? 20_000) { report in
-                switch report {
-                case .received(let bytes): metrics.audio(route: name, bytes: bytes)
-                case .ignored(let code): metrics.error(route: name, code: code)
-                case .sent(let seconds): metrics.answerSent(route: name, seconds: seconds)
-                case .dropped(let seconds): metrics.answerDropped(route: name, messages: 1, seconds: seconds)
-                }
+            if let negotiation {
+                let m = try makeMedia(negotiation)
+                callMediaSlot = m
+                rtpPort = try await m.bind(host: server.configuration.listen.host, group: endpoint.group)
+                media.withLock { $0 = m }
+            } else {
+                let probe = try await DatagramBootstrap(group: endpoint.group).bind(host: server.configuration.listen.host, port: 0).get()
+                rtpPort = probe.localAddress?.port ?? 0
+                try await probe.close()
             }
-            rtpPort = try await callMedia.bind(host: server.configuration.listen.host, group: endpoint.group)
         } catch {
             server.metrics.error(route: route.name, code: "graph_failed")
             logger.warning("route '\(route.name)': call \(callID): cannot start: \(error)")
@@ -155,8 +161,6 @@ final class SIPCall: TelephoneCall {
             await awaitACK(&iterator, final: last, cseq: inviteCSeq)
             return
         }
-        defer { callMedia.close() }
-        media.withLock { $0 = callMedia }
         let localAddress = endpoint.localAddress(toward: peer)
         let sessionID = String(UInt32.random(in: 1...UInt32.max))
         var sdpVersion: UInt64 = 1
@@ -212,9 +216,37 @@ final class SIPCall: TelephoneCall {
             if (invite.values("Supported") + invite.values("Require")).contains(where: { $0.lowercased() == "timer" }) { ok.add("Require", "timer") }
         }
         ok.add("Content-Type", "application/sdp")
-        ok.body = Array(negotiation.answer(address: localAddress, port: rtpPort, sessionID: sessionID, version: sdpVersion).text().utf8)
+        ok.body = Array((negotiation?.answer(address: localAddress, port: rtpPort, sessionID: sessionID, version: sdpVersion)
+                         ?? MediaNegotiation.offer(preferences: options.codecs, address: localAddress, port: rtpPort, sessionID: sessionID)).text().utf8)
         peer.send(ok)
         startRetransmitting(ok, cseq: inviteCSeq)
+        if negotiation == nil {
+            // A late offer: the answer comes in the ACK.
+            switch await lateAnswer(&iterator, ok: ok, cseq: inviteCSeq) {
+            case .answer(let n):
+                do {
+                    let m = try makeMedia(n)
+                    callMediaSlot = m
+                    _ = try await m.bind(host: server.configuration.listen.host, group: endpoint.group, port: rtpPort)
+                    media.withLock { $0 = m }
+                    negotiation = n
+                } catch {
+                    server.metrics.error(route: route.name, code: "graph_failed")
+                    logger.warning("route '\(route.name)': call \(callID): cannot start: \(error)")
+                    await hangUp(&iterator, reason: "\(error)")
+                    return
+                }
+            case .unusable(let why):
+                // RFC 3261 §13.2.2.4 / RFC 3264: the session cannot start; it is ended with a BYE.
+                server.metrics.error(route: route.name, code: "bad_answer")
+                logger.info("route '\(route.name)': call \(callID): late offer: \(why)")
+                await hangUp(&iterator, reason: why)
+                return
+            case .gone:
+                return
+            }
+        }
+        guard var negotiation, let callMedia = callMediaSlot else { return }
         let from = SIPHeader.uri(invite["From"] ?? "") ?? ""
         let to = SIPHeader.uri(invite["To"] ?? "") ?? ""
         logger.info("route '\(route.name)': call \(callID) from \(from) (\(peer.transport) \(peer.text)) answered with \(negotiation.codec.name), RTP port \(rtpPort)")
@@ -375,6 +407,79 @@ final class SIPCall: TelephoneCall {
         logger.info("route '\(route.name)': call \(callID) ended (\(reason))")
     }
 
+    /// The call's media for a negotiation, its counts going to the route's metrics.
+    private func makeMedia(_ negotiation: MediaNegotiation) throws -> CallMedia {
+        let (metrics, name) = (server.metrics, route.name)
+        return try CallMedia(negotiation: negotiation, graphFormat: route.format, jitterMs: options.jitterMinMs...max(options.jitterMinMs, options.jitterMaxMs),
+                             answerBufferMs: route.answer?.bufferMs ?? 20_000) { report in
+            switch report {
+            case .received(let bytes): metrics.audio(route: name, bytes: bytes)
+            case .ignored(let code): metrics.error(route: name, code: code)
+            case .sent(let seconds): metrics.answerSent(route: name, seconds: seconds)
+            case .dropped(let seconds): metrics.answerDropped(route: name, messages: 1, seconds: seconds)
+            }
+        }
+    }
+
+    enum LateAnswer {
+        case answer(MediaNegotiation)
+        /// The ACK came without a usable answer: why.
+        case unusable(String)
+        /// The caller hung up, the ACK never came, or serve is stopping.
+        case gone
+    }
+
+    /// On a late offer, after the 200 with voicepipe's offer: waits for the ACK and negotiates its answer
+    /// (the first of the route's codecs the answer has), repeating the 200 for a repeated INVITE.
+    private func lateAnswer(_ iterator: inout AsyncStream<Input>.Iterator, ok: SIPMessage, cseq: UInt32) async -> LateAnswer {
+        while let input = await iterator.next() {
+            switch input {
+            case .request(let m, let from):
+                switch m.method ?? "" {
+                case "ACK" where m.cseq?.number == cseq:
+                    pending.withLock { $0 = nil }
+                    guard !m.body.isEmpty else { return .unusable("the ACK has no SDP answer to voicepipe's offer") }
+                    let type = m["Content-Type"]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+                    guard type == "application/sdp" else { return .unusable("the ACK's body is \(type ?? "untyped"), not application/sdp") }
+                    let answer: SessionDescription
+                    do {
+                        answer = try SessionDescription.parse(String(decoding: m.body, as: UTF8.self))
+                    } catch {
+                        return .unusable("the ACK's SDP answer is malformed: \(error.message)")
+                    }
+                    do {
+                        return .answer(try MediaNegotiation.negotiate(offer: answer, preferences: options.codecs))
+                    } catch {
+                        return .unusable("the ACK's answer has \(error); voicepipe offered \(options.codecs.map(\.rawValue).joined(separator: ", "))")
+                    }
+                case "INVITE" where m.cseq?.number == cseq:
+                    from.send(ok)
+                case "BYE":
+                    pending.withLock { $0 = nil }
+                    respond(m, 200, to: from)
+                    return .gone
+                case "CANCEL":
+                    respond(m, 200, to: from)
+                case "OPTIONS":
+                    from.send(endpoint.optionsAnswer(m))
+                case "ACK":
+                    continue
+                default:
+                    respond(m, 491, to: from)
+                }
+            case .ackTimeout:
+                logger.info("route '\(route.name)': call \(callID): no ACK to the 200 with voicepipe's offer")
+                return .gone
+            case .drain:
+                await hangUp(&iterator, reason: "server stopping")
+                return .gone
+            default:
+                continue
+            }
+        }
+        return .gone
+    }
+
     /// After a final non-2xx response: repeat it over UDP until the ACK (or 32 s), answering retransmitted INVITEs.
     private func awaitACK(_ iterator: inout AsyncStream<Input>.Iterator, final: SIPMessage?, cseq: UInt32) async {
         guard let final else { return }
@@ -432,7 +537,7 @@ final class SIPCall: TelephoneCall {
     }
 
     /// voicepipe's BYE, repeated over UDP until answered (at most 8 s: the call is over either way).
-    private func hangUp(_ iterator: inout AsyncStream<Input>.Iterator) async {
+    private func hangUp(_ iterator: inout AsyncStream<Input>.Iterator, reason: String = "call ended") async {
         var bye = SIPMessage(start: .request(method: "BYE", uri: SIPHeader.uri(invite["Contact"] ?? "") ?? SIPHeader.uri(invite["From"] ?? "") ?? "sip:caller"))
         let local = endpoint.localAddress(toward: peer)
         bye.add("Via", "SIP/2.0/\(peer.transport) \(local.contains(":") ? "[\(local)]" : local):\(endpoint.port);branch=z9hG4bK\(SIPHeader.token(16));rport")
@@ -442,7 +547,7 @@ final class SIPCall: TelephoneCall {
         bye.add("To", invite["From"] ?? "")
         bye.add("Call-ID", callID)
         bye.add("CSeq", "1 BYE")
-        bye.add("Reason", "SIP;cause=200;text=\"call ended\"")
+        bye.add("Reason", "SIP;cause=200;text=\"\(reason.replacingOccurrences(of: "\"", with: "'"))\"")
         peer.send(bye)
         var timer = SIPRetransmission()
         let started = ContinuousClock.now
