@@ -103,7 +103,7 @@ struct TypedConfigurationTests {
             Issue.record("accepted")
         } catch let e as GraphError {
             #expect(e.issues.count == 1 && e.issues[0].node == "m" && e.issues[0].location.line == 2)
-            // Found when the type is registered: its configuration reads a name no parameter declares.
+            // Found when the graph uses the type: its configuration reads a name no parameter declares.
             #expect(e.issues[0].message.contains("reads 'level'") && e.issues[0].message.contains("mismatched"), "\(e)")
         } catch {
             Issue.record("unexpected \(error)")

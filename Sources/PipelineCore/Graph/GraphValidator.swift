@@ -135,6 +135,8 @@ public enum GraphValidator {
             var nodesWithIssues: Set<String> = []
             var scannedIssues = 0
             var seenIDs: Set<String> = []
+            var declarationChecked: Set<String> = []
+            var declarationProblems: [String: [String]] = [:]
             for ns in spec.nodes {
                 if ns.id.isEmpty || ns.id.contains(where: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
                     issues.append(GraphIssue(.structure, at: ns.location, node: ns.id, "node id may use letters, digits, '_' and '-' only"))
@@ -154,7 +156,10 @@ public enum GraphValidator {
                                              "unknown node type '\(shown(ns.type))'\(hint); `voicepipe nodes` lists the types"))
                     continue
                 }
-                for problem in registry.declarationProblems(d.type) {
+                if declarationChecked.insert(d.type).inserted {
+                    declarationProblems[d.type] = registry.declarationProblems(d.type)
+                }
+                for problem in declarationProblems[d.type] ?? [] {
                     issues.append(GraphIssue(.invalidParameter, at: ns.typeLocation, node: ns.id,
                                              "node type \(d.type)\(d.plugin.map { " (plugin \($0.name))" } ?? "") declares its parameters inconsistently: \(problem)"))
                 }

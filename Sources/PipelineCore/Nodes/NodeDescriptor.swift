@@ -262,22 +262,24 @@ public struct NodeDescriptor: Sendable {
 /// package adds its own with ``register(_:)`` and runs the same CLI with the result.
 public struct NodeRegistry: Sendable {
     private var byType: [String: NodeDescriptor] = [:]
-    private var problemsByType: [String: [String]] = [:]
 
     /// An empty registry.
     public init() {}
 
-    /// Adds (or replaces) a node type. Its parameter list is checked against its configuration here
-    /// (``NodeDescriptor/declarationProblems``); a graph that uses a type whose two declarations
-    /// disagree is refused, naming each disagreement.
+    /// Adds (or replaces) a node type.
     public mutating func register(_ descriptor: NodeDescriptor) {
         byType[descriptor.type] = descriptor
-        let problems = descriptor.declarationProblems(descriptor.parameters)
-        problemsByType[descriptor.type] = problems.isEmpty ? nil : problems
     }
 
-    /// Where the parameter list of `type` and its configuration disagree (empty when they agree).
-    public func declarationProblems(_ type: String) -> [String] { problemsByType[type] ?? [] }
+    /// Where the parameter list of `type` and its configuration disagree (empty when they agree, or for
+    /// an unknown type). The validator asks this of every type a graph uses, once per validation, and
+    /// refuses a type whose two declarations disagree, naming each disagreement. (Checked when a type is
+    /// used rather than when it is registered: checking all of them in every process, `voicepipe
+    /// --version` included, cost 6 ms of start-up in the Swift runtime's conformance look-ups.)
+    public func declarationProblems(_ type: String) -> [String] {
+        guard let d = byType[type] else { return [] }
+        return d.declarationProblems(d.parameters)
+    }
 
     /// The descriptor for `type`.
     public func descriptor(_ type: String) -> NodeDescriptor? { byType[type] }
