@@ -377,7 +377,7 @@ struct ServeSIPTests {
               mic:     { type: app-source, rate: 16000, channels: 1, capacity: 500 }
               vad:     { type: vad, stop_ms: 350 }
               slicer:  { type: slicer, mode: utterance, slice_ms: 600, delivery: stream }
-              asr:     { type: asr, engine: pocketsphinx }
+              asr:     { type: asr, engine: whisper, fallback: pocketsphinx }
               tts:     { type: tts }
               speaker: { type: app-sink, capacity: 200 }
               log:     { type: jsonl-sink, path: \(events.path) }
@@ -419,10 +419,12 @@ struct ServeSIPTests {
         try "<sip:baresip@127.0.0.1>;regint=0;audio_codecs=\(rtpmap)\n".write(to: conf.appendingPathComponent("accounts"), atomically: true, encoding: .utf8)
         let b = try ServeTests.voicepipeLike("/usr/bin/baresip", ["-f", conf.path, "-e", "/dial sip:assistant@127.0.0.1:\(sipPort)", "-t", "15"], timeout: 40)
         let lines = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
-        // A final transcript; over G.722 (wideband) it has the words. Over 8 kHz G.711 the 16 kHz PocketSphinx
-        // model hears the band-limited speech poorly (as on the AudioSocket route), so only the final is checked.
+        // A final transcript, from Whisper as the shipped assistant graphs use it (the 16 kHz PocketSphinx model
+        // sometimes hears nothing at all in 8 kHz µ-law: BENCHMARKS.md, "recognition through telephone channels").
+        // Over G.722 (wideband) it has the words; over µ-law tiny.en hears "please open the" and then mishears
+        // this synthetic voice's "garage door", so only the opening words are checked there.
         #expect(lines.contains("\"final\":true"), "\(lines.suffix(800)) \(b.stdout.suffix(300))")
-        if codec == "g722" { #expect(lines.contains("garage"), "\(lines.suffix(800))") }
+        #expect(lines.lowercased().contains(codec == "g722" ? "garage" : "please open"), "\(lines.suffix(800))")
         let heardFile = try #require(try FileManager.default.contentsOfDirectory(atPath: rec.path).first { $0.hasSuffix("-dec.wav") }, "baresip recorded nothing")
         // Energy of what baresip heard, in 250 ms windows: silence while it asks, the spoken answer after.
         let r = try ServeTests.voicepipeLike("/usr/bin/python3", ["-c", """
