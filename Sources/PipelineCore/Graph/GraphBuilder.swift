@@ -69,13 +69,7 @@ public struct GraphBuilder: Sendable {
             spec.issues.append(GraphIssue(.invalidLink, at: at, "a chain links at least two elements (got \(elements))"))
             return
         }
-        for i in 0..<(elements.count - 1) {
-            var from = Endpoint(parsing: elements[i])
-            var to = Endpoint(parsing: elements[i + 1])
-            if i > 0 { from.inChain = true }
-            if i + 1 < elements.count - 1 { to.inChain = true }
-            spec.links.append(LinkSpec(from: from, to: to, capacity: nil, overflow: nil, location: at))
-        }
+        spec.links += LinkSpec.chain(elements, location: at)
     }
 
     /// Names a plugin (a shared-library path, or a name looked up in `VOICEPIPE_PLUGIN_PATH`) whose node

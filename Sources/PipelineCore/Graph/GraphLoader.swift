@@ -386,15 +386,7 @@ public enum GraphLoader {
                     spec.issues.append(GraphIssue(.invalidLink, at: at, "a link chain is `a -> b.port -> c` (got \"\(s)\")"))
                     continue
                 }
-                for i in 0..<(parts.count - 1) {
-                    var from = Endpoint(parsing: parts[i])
-                    var to = Endpoint(parsing: parts[i + 1])
-                    // In a chain a middle element's port names its input for the incoming link and,
-                    // if it has an output of that name, its output for the outgoing one (resolved in validation).
-                    if i > 0 { from.inChain = true }
-                    if i + 1 < parts.count - 1 { to.inChain = true }
-                    spec.links.append(LinkSpec(from: from, to: to, capacity: nil, overflow: nil, location: at))
-                }
+                spec.links += LinkSpec.chain(parts, location: at)
             } else if let m = variables.substitute(raw, issues: &spec.issues).mapping {
                 var link = LinkSpec(from: Endpoint(node: ""), to: Endpoint(node: ""), capacity: nil, overflow: nil, location: at)
                 for (k, v) in m {

@@ -95,6 +95,21 @@ public struct LinkSpec: Sendable {
     public var location: SourceLocation
 }
 
+extension LinkSpec {
+    /// The links of a chain `a -> b.port -> c` (its elements, at least two, none empty): a middle element's
+    /// port names its input for the incoming link and, if it has an output of that name, its output for the
+    /// outgoing one (resolved in validation).
+    static func chain(_ parts: [String], location: SourceLocation) -> [LinkSpec] {
+        (0..<max(parts.count - 1, 0)).map { i in
+            var from = Endpoint(parsing: parts[i])
+            var to = Endpoint(parsing: parts[i + 1])
+            if i > 0 { from.inChain = true }
+            if i + 1 < parts.count - 1 { to.inChain = true }
+            return LinkSpec(from: from, to: to, capacity: nil, overflow: nil, location: location)
+        }
+    }
+}
+
 /// A graph file, parsed but not yet validated.
 public struct GraphSpec: Sendable {
     /// File name used in messages.
