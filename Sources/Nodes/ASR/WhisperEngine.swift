@@ -189,6 +189,10 @@ public struct WhisperEngine: ASREngine {
                                 for turnedDown in decoding.rejected {
                                     logger.debug("whisper: utterance \(utterance.voiceID): turned down: \(turnedDown)")
                                 }
+                                if decoding.unsureKept {
+                                    logger.debug("whisper: utterance \(utterance.voiceID): unsure at two reduced contexts; kept the second (mean log p \(String(format: "%.2f", decoding.meanLogProbability))) instead of the whole window")
+                                    counters.count("whisper_unsure_kept")
+                                }
                                 if let reason = decoding.loopCut {
                                     logger.debug("whisper: utterance \(utterance.voiceID): the sentence was said over (\(reason)); kept its first copy")
                                     counters.count("whisper_loops_cut")

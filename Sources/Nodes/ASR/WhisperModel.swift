@@ -240,6 +240,9 @@ struct WhisperDecoding: Sendable {
     /// Set when a final said its one sentence over and over and was cut to its first copy (the check that
     /// tripped); the cut text passed every check.
     var loopCut: String?
+    /// Set when two reduced contexts were both unsure (confidence only) and the second, at least as sure as the
+    /// first, was kept instead of decoding the whole window.
+    var unsureKept = false
     /// The tries a check turned down, for the debug log: context, check, cost and the start of their text.
     var rejected: [String] = []
     /// Set on a partial whose only try failed a check: it is not shown.
@@ -257,56 +260,49 @@ struct WhisperDecoding: Sendable {
 ///
 /// Every `asr` node and `serve` session that uses the model submits its utterances here; each thread
 /// owns one whisper.cpp decoder state (its buffers) and decodes one request at a time, so memory and
-/// threads grow with the pool, not with the number of sessions. Finals go before partials; at most
-/// one partial per session waits (a newer one replaces it); when a final arrives and every thread is
-/// busy, a thread decoding a partial is told to abort, so partials never hold up a final for longer
-/// than whisper.cpp takes to notice (it polls between graph nodes). Decodings start, and get threads,
-/// only as far as other processes leave cores free (``CoreBudget``): on a shared machine two decodings
-/// fighting over one core both finish late.
+/// threads grow with the pool, not with the number of sessions. Which request runs where, which partial
+/// gives way to a final and which waiting partial is answered with nothing are ``WhisperSchedule``'s
+/// rules; the pool is its storage: the schedule under a lock, a mailbox per thread, and the actions the
+/// schedule returns carried out after the lock is released. Partials start only as far as other
+/// processes leave cores free (``CoreBudget``); finals use every decoder thread.
 final class WhisperDecoderPool: @unchecked Sendable {
-    enum Priority { case final, partial }
+    typealias Priority = WhisperSchedule<Job>.Priority
 
-    /// A queued or running request; its mutable parts are the pool's, under `condition`.
-    private final class Job: @unchecked Sendable {
-        let id: UInt64
-        let session: UInt64
-        let priority: Priority
+    /// A request: what to decode, and whom to answer.
+    final class Job: Sendable {
         let samples: [Float]
         let request: WhisperRequest
         let continuation: CheckedContinuation<WhisperDecoding?, any Error>
         let enqueued = ContinuousClock.now
-        init(id: UInt64, session: UInt64, priority: Priority, samples: [Float], request: WhisperRequest,
-             continuation: CheckedContinuation<WhisperDecoding?, any Error>) {
-            self.id = id
-            self.session = session
-            self.priority = priority
+        init(samples: [Float], request: WhisperRequest, continuation: CheckedContinuation<WhisperDecoding?, any Error>) {
             self.samples = samples
             self.request = request
             self.continuation = continuation
         }
     }
 
-    /// One decoder thread; `running` is read and written under the pool's `condition`; `abort` is set by
-    /// other threads and polled by whisper.cpp, both through atomic accessors (vp_whisper_flag_set/get).
+    /// One decoder thread: its inbox (the next request the schedule gave it, with its threads: one at a time,
+    /// taken with the runtime's blocking receive) and its abort flag, set by other threads and polled by
+    /// whisper.cpp, both through atomic accessors (vp_whisper_flag_set/get).
     private final class Worker: @unchecked Sendable {
+        let index: Int
         let abort = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
-        var running: Job?
-        init() { abort.initialize(to: 0) }
+        let inbox = Handoff<(entry: WhisperSchedule<Job>.Entry, threads: Int)>(capacity: 1, overflow: .suspend)
+        init(index: Int) {
+            self.index = index
+            abort.initialize(to: 0)
+        }
         func setAbort(_ value: Bool) { vp_whisper_flag_set(abort, value ? 1 : 0) }
-        var aborted: Bool { vp_whisper_flag_get(abort) != 0 }
     }
 
     let name: String
     /// The model's whisper.cpp context (never freed: models live as long as the process).
     private let context: OpaquePointer
     let budget: CoreBudget
-    // Everything below is guarded by `condition`.
-    private let condition = NSCondition()
-    private var finals: [Job] = []
-    private var partials: [Job] = []
-    private var workers: [Worker] = []
-    private var nextID: UInt64 = 0
-    private var stats = (decoded: 0, aborted: 0, replaced: 0)
+    private let schedule = LockedValue(WhisperSchedule<Job>())
+    /// The decoder threads, by index (appended under `schedule`'s lock, read without it once started).
+    private let workers = LockedValue<[Worker]>([])
+    private let ids = LockedValue<UInt64>(0)
 
     init(name: String, context: OpaquePointer, budget: CoreBudget = .shared) {
         self.name = name
@@ -314,90 +310,111 @@ final class WhisperDecoderPool: @unchecked Sendable {
         self.budget = budget
     }
 
+    private func nextID() -> UInt64 { ids.withLock { $0 += 1; return $0 } }
+
     /// A new session key.
-    func newSession() -> UInt64 {
-        condition.lock(); defer { condition.unlock() }
-        nextID += 1
-        return nextID
-    }
+    func newSession() -> UInt64 { nextID() }
 
     /// Grows the pool to at least `count` threads (it never shrinks).
     func ensureWorkers(_ count: Int) {
-        condition.lock(); defer { condition.unlock() }
-        while workers.count < count {
-            let worker = Worker()
-            workers.append(worker)
+        let allowed = budget.decodersAllowed
+        let (added, actions) = schedule.withLock { s -> ([Worker], [WhisperSchedule<Job>.Action]) in
+            let added = workers.withLock { w -> [Worker] in
+                var added: [Worker] = []
+                while w.count < count {
+                    let worker = Worker(index: w.count)
+                    w.append(worker)
+                    added.append(worker)
+                }
+                return added
+            }
+            let actions = s.addWorkers(upTo: count, allowed: allowed)
+            setFlags(actions)
+            return (added, actions)
+        }
+        for worker in added {
             let thread = Thread { [self] in self.loop(worker) }
-            thread.name = "whisper-\(workers.count)"
+            thread.name = "whisper-\(worker.index + 1)"
             thread.stackSize = 1 << 23
             thread.start()
         }
+        perform(actions)
     }
 
-    /// Decodings running now (under `condition`).
-    private var runningCount: Int { workers.count { $0.running != nil } }
-
-    /// True when no final waits and a thread is free within the budget, or only decoding a partial (which
-    /// a final aborts): work done ahead then delays no one's final.
+    /// True when no final waits and a final submitted now starts at once (on a free thread within the free
+    /// cores, or in place of a partial): work done ahead then delays no one's final.
     var isIdle: Bool {
         let allowed = budget.decodersAllowed
-        condition.lock(); defer { condition.unlock() }
-        let free = workers.contains { $0.running == nil } && runningCount < allowed
-        return finals.isEmpty && (free || workers.contains { $0.running?.priority == .partial })
+        return schedule.withLock { $0.isIdle(allowed: allowed) }
     }
 
     /// True when a thread is free within the budget and nothing waits: a partial started now delays no one.
     var hasFreeThread: Bool {
         let allowed = budget.decodersAllowed
-        condition.lock(); defer { condition.unlock() }
-        return finals.isEmpty && partials.isEmpty && workers.contains { $0.running == nil } && runningCount < allowed
+        return schedule.withLock { $0.hasFreeThread(allowed: allowed) }
     }
 
     /// Threads in the pool.
-    var workerCount: Int { condition.lock(); defer { condition.unlock() }; return workers.count }
+    var workerCount: Int { workers.withLock { $0.count } }
 
     /// Decodes `samples`; nil when a partial was replaced by a newer one or aborted for a final.
     /// Cancelling the calling task removes the job, or aborts it if it is running.
     func decode(_ samples: [Float], request: WhisperRequest, priority: Priority, session: UInt64) async throws -> WhisperDecoding? {
-        let id: UInt64 = { condition.lock(); defer { condition.unlock() }; nextID += 1; return nextID }()
-        let allowed = budget.decodersAllowed
+        let id = nextID()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WhisperDecoding?, any Error>) in
-                let job = Job(id: id, session: session, priority: priority, samples: samples, request: request, continuation: continuation)
-                var replaced: Job?
-                condition.lock()
                 if Task.isCancelled {
-                    condition.unlock()
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                switch priority {
-                case .final:
-                    finals.append(job)
-                    // A partial of this session is now useless; a running partial of anyone yields
-                    // its thread when no thread is free within the budget.
-                    if let i = partials.firstIndex(where: { $0.session == session }) { replaced = partials.remove(at: i) }
-                    if !workers.contains(where: { $0.running == nil }) || runningCount >= allowed {
-                        let busyWithPartial = workers.filter { $0.running?.priority == .partial }
-                        for worker in busyWithPartial.prefix(finals.count) { worker.setAbort(true) }
-                    }
-                case .partial:
-                    if let i = partials.firstIndex(where: { $0.session == session }) { replaced = partials.remove(at: i) }
-                    partials.append(job)
-                }
-                if replaced != nil { stats.replaced += 1 }
-                condition.broadcast()
-                condition.unlock()
-                replaced?.continuation.resume(returning: nil)
+                let entry = WhisperSchedule<Job>.Entry(id: id, session: session, priority: priority, threads: request.threads,
+                                                       job: Job(samples: samples, request: request, continuation: continuation))
+                let allowed = budget.decodersAllowed
+                perform(update { $0.submit(entry, allowed: allowed) })
             }
         } onCancel: {
-            var removed: Job?
-            condition.lock()
-            if let i = finals.firstIndex(where: { $0.id == id }) { removed = finals.remove(at: i) }
-            else if let i = partials.firstIndex(where: { $0.id == id }) { removed = partials.remove(at: i) }
-            else if let worker = workers.first(where: { $0.running?.id == id }) { worker.setAbort(true) }
-            condition.unlock()
-            removed?.continuation.resume(throwing: CancellationError())
+            perform(update { $0.cancel(id: id) })
+        }
+    }
+
+    /// Changes the schedule, and sets the decoder threads' abort flags as it says while still under its lock: a
+    /// flag set later could reach the next request the thread took meanwhile.
+    private func update(_ change: (inout WhisperSchedule<Job>) -> [WhisperSchedule<Job>.Action]) -> [WhisperSchedule<Job>.Action] {
+        schedule.withLock { s in
+            let actions = change(&s)
+            setFlags(actions)
+            return actions
+        }
+    }
+
+    private func setFlags(_ actions: [WhisperSchedule<Job>.Action]) {
+        guard actions.contains(where: { if case .answerNothing = $0 { false } else if case .cancelled = $0 { false } else { true } }) else { return }
+        let threads = workers.withLock { $0 }
+        for action in actions {
+            switch action {
+            case .start(let worker, _, _): threads[worker].setAbort(false)
+            case .abort(let worker): threads[worker].setAbort(true)
+            case .answerNothing, .cancelled: break
+            }
+        }
+    }
+
+    /// Carries out the schedule's actions that wake threads or answer callers (outside its lock).
+    private func perform(_ actions: [WhisperSchedule<Job>.Action]) {
+        guard !actions.isEmpty else { return }
+        let threads = workers.withLock { $0 }
+        for action in actions {
+            switch action {
+            case .start(let worker, let entry, let n):
+                // Never waits: the schedule starts one request on a thread only after the last one ended.
+                threads[worker].inbox.trySend((entry, n))
+            case .abort:
+                break
+            case .answerNothing(let entry):
+                entry.job.continuation.resume(returning: nil)
+            case .cancelled(let entry):
+                entry.job.continuation.resume(throwing: CancellationError())
+            }
         }
     }
 
@@ -418,30 +435,8 @@ final class WhisperDecoderPool: @unchecked Sendable {
             }
         }
         while true {
-            condition.lock()
-            var job: Job?
-            var threads = 1
-            while job == nil {
-                if finals.isEmpty && partials.isEmpty {
-                    condition.wait()
-                    continue
-                }
-                // Within the budget: another decoding starts only while other processes leave a core for it.
-                // The budget is read again after a short wait (the other process may stop, or a decoding end).
-                let allowed = budget.decodersAllowed
-                let running = runningCount
-                if running >= allowed {
-                    _ = condition.wait(until: Date().addingTimeInterval(0.05))
-                    continue
-                }
-                job = finals.isEmpty ? partials.removeFirst() : finals.removeFirst()
-                threads = max(1, min(job!.request.threads, allowed - running))
-            }
-            let taken = job!
-            worker.running = taken
-            worker.setAbort(false)
-            condition.unlock()
-
+            guard let (entry, threads) = worker.inbox.receiveBlocking()?.element else { return }
+            let taken = entry.job
             var result: Result<WhisperDecoding?, any Error>
             if state == nil { state = vp_whisper_state_new(context) }
             if let state {
@@ -454,16 +449,16 @@ final class WhisperDecoderPool: @unchecked Sendable {
             } else {
                 result = .failure(NodeError(.whisperState, "whisper.cpp could not allocate a decoder for \(name) (out of memory?)"))
             }
-
-            condition.lock()
-            let aborted = worker.aborted
-            worker.running = nil
-            worker.setAbort(false)
-            if aborted { stats.aborted += 1 } else { stats.decoded += 1 }
-            condition.broadcast()
-            condition.unlock()
-            if aborted, case .failure = result { result = taken.priority == .partial ? .success(nil) : .failure(CancellationError()) }
+            let allowed = budget.decodersAllowed
+            var ending = WhisperSchedule<Job>.Ending.completed
+            let actions = update { s in
+                let (e, actions) = s.finished(worker: worker.index, allowed: allowed)
+                ending = e
+                return actions
+            }
+            if ending == .aborted, case .failure = result { result = entry.priority == .partial ? .success(nil) : .failure(CancellationError()) }
             taken.continuation.resume(with: result)
+            perform(actions)
         }
     }
 
@@ -476,6 +471,8 @@ final class WhisperDecoderPool: @unchecked Sendable {
         var retries: [String] = []
         var rejected: [String] = []
         var decoding = WhisperDecoding(segments: [], language: nil, decodeMs: 0)
+        // The mean log-probability of the last rung when it failed only the confidence check.
+        var unsure: Double?
         for (index, audioContext) in ladder.enumerated() {
             let tryStarted = ContinuousClock.now
             decoding = try runOnce(job, threads: threads, audioContext: audioContext, durationMs: durationMs, state: state, abort: abort)
@@ -499,11 +496,21 @@ final class WhisperDecoderPool: @unchecked Sendable {
                 decoding.loopCut = failure
                 break
             }
+            // Unsure twice: two reduced contexts that fail only the confidence check, the second at least as sure as
+            // the first, keep the second instead of paying for the whole window (about ten times a reduced
+            // context's cost, and measured no surer on the same audio: -0.65 and -0.53 where 512 frames already
+            // had the words right). A decoding that loops, runs long or compresses still goes on to the window.
+            if failure == "confidence", index == 1, ladder[index + 1] >= WhisperAudioContext.window,
+               let previous = unsure, decoding.meanLogProbability >= previous {
+                decoding.unsureKept = true
+                break
+            }
+            unsure = failure == "confidence" ? decoding.meanLogProbability : nil
             retries.append(failure)
             let cost = (ContinuousClock.now - tryStarted).components
             let tokens = decoding.segments.map(\.rawTokenCount).reduce(0, +)
             rejected.append("audio_ctx \(audioContext): \(failure) after \(cost.seconds * 1000 + cost.attoseconds / 1_000_000_000_000_000) ms, "
-                            + "\(tokens) tokens, \"\(text.trimmingCharacters(in: .whitespaces).prefix(120))\"")
+                            + "\(tokens) tokens, mean log p \(String(format: "%.2f", decoding.meanLogProbability)), \"\(text.trimmingCharacters(in: .whitespaces).prefix(120))\"")
         }
         let elapsed = ContinuousClock.now - started
         decoding.decodeMs = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15

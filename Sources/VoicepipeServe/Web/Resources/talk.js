@@ -11,7 +11,8 @@
   };
   if (token) $('console-link').href = '/console?token=' + encodeURIComponent(token);
 
-  let session = null;   // { ws, stream, ctx, node, ending, opened, failed }
+  let session = null;   // { ws, stream, ctx, node, ending, opened, failed, pending, pendingBytes, droppedBytes }
+  const PENDING_LIMIT = 16000 * 2 * 10;
   let player = null;    // { ctx, rate, channels, at, sources }
 
   function withToken(path) {
@@ -79,22 +80,24 @@
       showError('This browser gives no microphone to this page (it needs https, or http on localhost).');
       return;
     }
+    // The converter is loaded before the microphone opens, so capture starts with it ready: nothing said
+    // in the first moments is lost while the module loads.
+    const ctx = new AudioContext();
+    try {
+      await ctx.audioWorklet.addModule(withToken('/static/capture-worklet.js'));
+    } catch (e) {
+      ctx.close();
+      showError('Cannot load the audio converter: ' + e.message);
+      return;
+    }
     let stream;
     try {
       stream = await navigator.mediaDevices.getUserMedia({
         audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false, autoGainControl: false },
       });
     } catch (e) {
-      showError(micError(e));
-      return;
-    }
-    const ctx = new AudioContext();
-    try {
-      await ctx.audioWorklet.addModule(withToken('/static/capture-worklet.js'));
-    } catch (e) {
-      stream.getTracks().forEach((t) => t.stop());
       ctx.close();
-      showError('Cannot load the audio converter: ' + e.message);
+      showError(micError(e));
       return;
     }
     const source = ctx.createMediaStreamSource(stream);
@@ -105,15 +108,42 @@
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
     const ws = new WebSocket(scheme + '//' + location.host + withToken(ui.route.value));
     ws.binaryType = 'arraybuffer';
-    session = { ws, stream, ctx, node, ending: false, opened: false, failed: false };
+    // Audio captured while the connection opens is kept (up to PENDING_LIMIT bytes, 10 s) and sent first
+    // once it is open: someone who speaks as soon as they press the button is heard from their first word.
+    session = { ws, stream, ctx, node, ending: false, opened: false, failed: false, pending: [], pendingBytes: 0, droppedBytes: 0 };
     const mine = session;
     ui.talk.textContent = 'Stop';
     setState('connecting…');
     node.port.onmessage = (m) => {
       ui.level.style.width = Math.min(100, Math.round(Math.sqrt(m.data.peak) * 100)) + '%';
-      if (ws.readyState === WebSocket.OPEN && !mine.ending) ws.send(m.data.pcm);
+      if (mine.ending) return;
+      if (ws.readyState === WebSocket.OPEN) {
+        ws.send(m.data.pcm);
+      } else if (ws.readyState === WebSocket.CONNECTING) {
+        mine.pending.push(m.data.pcm);
+        mine.pendingBytes += m.data.pcm.byteLength;
+        while (mine.pendingBytes > PENDING_LIMIT) {
+          const old = mine.pending.shift();
+          mine.pendingBytes -= old.byteLength;
+          mine.droppedBytes += old.byteLength;
+        }
+      }
     };
-    ws.onopen = () => { mine.opened = true; setState('listening'); };
+    ws.onopen = () => {
+      mine.opened = true;
+      for (const pcm of mine.pending) ws.send(pcm);
+      mine.pending = [];
+      mine.pendingBytes = 0;
+      if (mine.droppedBytes > 0) {
+        logEvent('the connection took long to open: the first ' + Math.round(mine.droppedBytes / 32) + ' ms of audio were not sent');
+      }
+      if (mine.ending) {
+        ws.send(JSON.stringify({ type: 'end' }));
+        setState('finishing…');
+      } else {
+        setState('listening');
+      }
+    };
     ws.onmessage = (m) => {
       if (typeof m.data === 'string') received(JSON.parse(m.data), mine);
       else play(m.data);
@@ -134,7 +164,8 @@
     setState('finishing…');
     session.stream.getTracks().forEach((t) => t.stop());
     if (session.ws.readyState === WebSocket.OPEN) session.ws.send(JSON.stringify({ type: 'end' }));
-    else session.ws.close();
+    else if (session.ws.readyState !== WebSocket.CONNECTING) session.ws.close();
+    // still connecting: the audio already captured is sent on open, followed by the end
   }
 
   function finish(s) {
