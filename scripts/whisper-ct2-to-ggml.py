@@ -2,7 +2,7 @@
 """Convert a CTranslate2 Whisper model directory into a whisper.cpp ggml file.
 
 Usage:
-    scripts/whisper-ct2-to-ggml.py [--type {f16,q8_0,q5_0}] CT2_DIR OUT.bin
+    scripts/whisper-ct2-to-ggml.py [--type {f16,q8_0,q5_0,q5_1}] CT2_DIR OUT.bin
 
 CT2_DIR is a directory as faster-whisper loads it: ``model.bin`` (a
 CTranslate2 "WhisperSpec" model), ``config.json`` and ``vocabulary.json`` or
@@ -14,14 +14,15 @@ embeddings are float32, the same split that whisper.cpp's own converters
 make. (No all-f32 option: whisper.cpp's CPU conv path asserts f16 conv
 kernels, so ftype-0 files abort at the first encode.)
 
-``--type q8_0`` / ``--type q5_0`` write the file that whisper.cpp's
+``--type q8_0`` / ``--type q5_0`` / ``--type q5_1`` write the file that whisper.cpp's
 ``quantize`` tool would make from the f16 file: every 2-D tensor except the
 conv biases and the two positional embeddings is block-quantized (32 values a
 block), starting from the f16-rounded weights exactly as that tool reads
 them; the 3-D conv kernels stay f16 and the 1-D tensors f32; the hparams
 ftype becomes 2007 / 2008 (quantization-format version 2 times 1000 plus
-GGML_FTYPE_MOSTLY_Q8_0 = 7 / Q5_0 = 8). The output is byte-identical to
-``quantize ggml-f16.bin out.bin q8_0`` (resp. ``q5_0``).
+GGML_FTYPE_MOSTLY_Q8_0 = 7 / Q5_0 = 8 / Q5_1 = 9). The q8_0 and q5_0 output is byte-identical to
+``quantize ggml-f16.bin out.bin q8_0`` (resp. ``q5_0``); q5_1 follows ggml's reference rounding the same
+way, checked by decoding with it (BENCHMARKS.md), not against the tool's bytes.
   * q8_0 block (34 bytes): fp16 scale d = max|x| / 127, then 32 int8
     round-half-away-from-zero(x / d).
   * q5_0 block (22 bytes): fp16 scale d = m / -16 where m is the value of
@@ -29,6 +30,9 @@ GGML_FTYPE_MOSTLY_Q8_0 = 7 / Q5_0 = 8). The output is byte-identical to
     of each of the 32 codes (bit k for value k), then 16 bytes of low
     nibbles (value j in the low nibble of byte j, value j+16 in its high
     nibble); code = min(31, trunc(x / d + 16.5)), decoded as (code - 16) * d.
+  * q5_1 block (24 bytes): fp16 scale d = (max - min) / 31, fp16 offset
+    m = min, then qh and the nibbles laid out as in q5_0;
+    code = trunc((x - min) / d + 0.5), decoded as code * d + m.
 
 Needs Python 3 and numpy only. The 80- (or 128-) bin mel filterbank is not
 taken from the model: it is recomputed here (Slaney mel scale, Slaney area
@@ -41,7 +45,7 @@ Formats were learned by reading, not copying:
     models/convert-h5-to-ggml.py (tensor layout and which tensors are f16);
     examples/quantize + examples/common-ggml.cpp (which tensors get
     quantized, the ftype value), ggml/src/ggml-common.h (block layouts),
-    ggml/src/ggml-quants.c (reference q8_0 / q5_0 rounding) and
+    ggml/src/ggml-quants.c (reference q8_0 / q5_0 / q5_1 rounding) and
     ggml/include/ggml.h (type and ftype numbers);
   * CTranslate2: python/ctranslate2/specs/model_spec.py (model.bin
     serialization, aliases, int8/int16 quantization scales),
@@ -79,8 +83,9 @@ WEIGHT_TYPES = {  # --type -> (ggml_type of the quantized 2-D weights, hparams f
     "f16": (GGML_TYPE_F16, 1),  # GGML_FTYPE_MOSTLY_F16 (no version: not quantized)
     "q8_0": (8, GGML_QNT_VERSION * 1000 + 7),  # GGML_TYPE_Q8_0, GGML_FTYPE_MOSTLY_Q8_0
     "q5_0": (6, GGML_QNT_VERSION * 1000 + 8),  # GGML_TYPE_Q5_0, GGML_FTYPE_MOSTLY_Q5_0
+    "q5_1": (7, GGML_QNT_VERSION * 1000 + 9),  # GGML_TYPE_Q5_1, GGML_FTYPE_MOSTLY_Q5_1
 }
-QBLOCK = 32  # values per q8_0 / q5_0 block
+QBLOCK = 32  # values per q8_0 / q5_0 / q5_1 block
 
 # CTranslate2 DataType enum order (type ids in model.bin, binary version >= 4).
 CT2_DTYPES = {
@@ -369,13 +374,14 @@ def mel_filterbank(n_mels: int, sample_rate: int = 16000, n_fft: int = 400) -> n
 
 
 # --------------------------------------------------------------------------
-# ggml block quantization (q8_0, q5_0), whole blocks at a time with numpy
+# ggml block quantization (q8_0, q5_0, q5_1), whole blocks at a time with numpy
 # --------------------------------------------------------------------------
 
 # On-disk blocks; numpy structured dtypes are packed, like the C structs.
 Q8_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "i1", (QBLOCK,))])
 Q5_0_BLOCK = np.dtype([("d", "<f2"), ("qh", "u1", (4,)), ("qs", "u1", (QBLOCK // 2,))])
-assert Q8_0_BLOCK.itemsize == 34 and Q5_0_BLOCK.itemsize == 22
+Q5_1_BLOCK = np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "u1", (4,)), ("qs", "u1", (QBLOCK // 2,))])
+assert Q8_0_BLOCK.itemsize == 34 and Q5_0_BLOCK.itemsize == 22 and Q5_1_BLOCK.itemsize == 24
 
 # Blocks per numpy pass; bounds the temporaries (a few hundred MB at most even
 # for large-v3's token embedding).
@@ -433,7 +439,27 @@ def q5_0_blocks(x: np.ndarray) -> np.ndarray:
     return out
 
 
-QUANTIZERS = {"q8_0": q8_0_blocks, "q5_0": q5_0_blocks}
+def q5_1_blocks(x: np.ndarray) -> np.ndarray:
+    """(n, 32) float32 -> n q5_1 blocks.
+
+    An offset and a scale per block: m = the block's minimum, d = (max - min) / 31, both in float32;
+    codes = trunc((x - m) * (1/d) + 0.5) in float32 (0...31), decoded as code * d + m.
+    """
+    lo = x.min(axis=1)
+    hi = x.max(axis=1)
+    d = (hi - lo) / np.float32(31.0)
+    shifted = (x - lo[:, None]) * _reciprocal(d)[:, None] + np.float32(0.5)
+    codes = np.minimum(np.trunc(shifted), np.float32(31.0)).astype(np.uint8)
+    out = np.empty(x.shape[0], dtype=Q5_1_BLOCK)
+    out["d"] = d
+    out["m"] = lo
+    out["qh"] = np.packbits((codes >> 4) & 1, axis=1, bitorder="little")
+    low = codes & 0x0F
+    out["qs"] = low[:, : QBLOCK // 2] | (low[:, QBLOCK // 2 :] << 4)
+    return out
+
+
+QUANTIZERS = {"q8_0": q8_0_blocks, "q5_0": q5_0_blocks, "q5_1": q5_1_blocks}
 
 
 def write_quantized(out, data: np.ndarray, kind: str) -> int:
@@ -543,7 +569,7 @@ def keep_f32(name: str, ndim: int) -> bool:
 
 
 def convert(model_dir: Path, out_path: Path, log=print, weight_type: str = "f16") -> dict:
-    """Write OUT; weight_type is "f16" or a quantization ("q8_0", "q5_0") for the 2-D weights."""
+    """Write OUT; weight_type is "f16" or a quantization ("q8_0", "q5_0", "q5_1") for the 2-D weights."""
     if weight_type not in WEIGHT_TYPES:
         raise ConversionError(f"unknown weight type '{weight_type}' (choose from {', '.join(WEIGHT_TYPES)})")
     weight_ggml_type, ftype = WEIGHT_TYPES[weight_type]

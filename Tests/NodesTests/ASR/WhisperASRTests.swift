@@ -107,6 +107,18 @@ struct WhisperASRTests {
         #expect(!finals.isEmpty && finals.allSatisfy { $0["language"]?.stringValue == "en" })
     }
 
+    @Test("the quantized models the install step writes (q8_0, q5_0, q5_1) load and hear every word of the bundled sample",
+          arguments: ["q8_0", "q5_0", "q5_1"])
+    func quantized(kind: String) async throws {
+        let model = Self.root + "/.deps/whisper/models/ggml-tiny.en-\(kind).bin"
+        try #require(FileManager.default.fileExists(atPath: model), "\(model) is missing: scripts/install-whisper.sh writes it")
+        let events = try await runGraph(Self.graph(Self.root + "/samples/sentences.wav",
+                                                   asr: "{ type: asr, engine: whisper, model: \"\(model)\" }"))
+        #expect(events.named("error").isEmpty, "\(kind): \(events.named("error"))")
+        let finals = events.named("transcript").filter { $0["final"]?.boolValue == true }
+        #expect(finals.map { Speech.words($0["text"]?.stringValue ?? "") } == Self.sentences.prefix(4).map { Speech.words($0) }, "\(kind)")
+    }
+
     @Test("audio_ctx auto hears what the whole window hears, and finals say what their decoding cost and waited")
     func audioContextAuto() async throws {
         let wav = try Speech.wav(Self.sentences, voice: "rms")
