@@ -508,6 +508,75 @@ struct ServeTests {
         #expect(metrics.contains("voicepipe_sessions_total{route=\"raw\",outcome=\"limit\"} 1"), "\(metrics)")
     }
 
+    @Test("back-pressure: a client sending 48 kHz stereo at 20x real time into a graph that takes it at 1x — the connection stops reading, what waits stays near 2 s of audio, every sample arrives")
+    func floodIsHeldBackNotDropped() throws {
+        let dir = tempDir()
+        let out = dir.appendingPathComponent("out.wav").path
+        let template = try writeGraph("""
+            version: 1
+            nodes:
+              mic: { type: app-source, rate: 48000, channels: 2, capacity: 10 }
+              out: { type: wav-sink, path: "\(out)", realtime: true }
+            links:
+              - mic -> out
+            """, in: dir, name: "slow.yaml")
+        let port = Self.freePort()
+        let config = dir.appendingPathComponent("serve.yaml")
+        try """
+            listen: { host: 127.0.0.1, port: \(port) }
+            routes:
+              - name: slow
+                path: /ws/slow
+                protocol: websocket
+                graph: \(template)
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let server = try Running(voicepipeBinary, ["serve", config.path])
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        var up = false
+        for _ in 0..<100 where !up {
+            up = (try? Self.http(port, "/healthz").status) == 200
+            if !up { usleep(100_000) }
+        }
+        try #require(up, "\(server.wait(timeout: 1).stderr)")
+        // 10 s of numbered samples (1.9 MB) in 40 ms messages at 20x; then the end; then the file is compared.
+        let r = try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+            import asyncio, json, struct, sys, time, wave
+            sys.path.insert(0, "\(packageRoot.appendingPathComponent("bench").path)")
+            import serve_client as c
+            async def main():
+                ws = await c.WebSocket.connect("ws://127.0.0.1:\(port)/ws/slow")
+                rate, channels, seconds = 48000, 2, 10
+                n = rate * channels * seconds
+                audio = struct.pack("<%dh" % n, *[(i * 7) % 65536 - 32768 for i in range(n)])
+                step = rate * channels * 2 * 40 // 1000
+                start = time.monotonic()
+                for i in range(0, len(audio), step):
+                    await ws.send_binary(audio[i:i + step])
+                    delay = start + (i + step) / (rate * channels * 2) / 20 - time.monotonic()
+                    if delay > 0: await asyncio.sleep(delay)
+                print("sent", len(audio), "in", round(time.monotonic() - start, 2), flush=True)
+                await ws.send_text(json.dumps({"type": "end"}))
+                while (await asyncio.wait_for(ws.receive(), 60)) is not None: pass
+                print("closed", ws.close_code, flush=True)
+                with wave.open("\(out)") as w:
+                    got = w.readframes(w.getnframes())
+                    print("file", w.getframerate(), w.getnchannels(), len(got), "same", got == audio, flush=True)
+            asyncio.run(main())
+            """], timeout: 90)
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("closed 1000"), "\(r.stdout)")
+        #expect(r.stdout.contains("file 48000 2 1920000 same True"), "\(r.stdout)")
+        let metrics = try Self.http(port, "/metrics").body
+        func value(_ name: String) -> Double? {
+            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+        }
+        // 2 s of 48 kHz stereo is 384,000 bytes; one read of the socket may bring up to 4 x 64 KiB more.
+        let peak = try #require(value("voicepipe_input_waiting_peak_bytes{route=\"slow\"}"), "\(metrics)")
+        #expect(peak >= 384_000 && peak <= 384_000 + 300_000, "peak \(peak) bytes waiting")
+        #expect((value("voicepipe_input_paused_total{route=\"slow\"}") ?? 0) >= 1, "\(metrics)")
+        #expect(metrics.contains("voicepipe_sessions_total{route=\"slow\",outcome=\"completed\"} 1"), "\(metrics)")
+    }
+
     @Test("a bad configuration is named with file:line:column, exit 2; a template without app-source is refused")
     func badConfiguration() throws {
         let dir = tempDir()

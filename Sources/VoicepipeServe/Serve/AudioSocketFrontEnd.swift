@@ -199,6 +199,8 @@ final class AudioSocketCall: TelephoneCall {
         var ended = false
     }
     private let outbound = LockedValue(Outbound())
+    /// Told when the queued answer shrinks or the connection closes (the end of a call waits on it).
+    private let sent = ChangeSignal()
 
     init(server: ServeServer, route: ServeConfiguration.Route, channel: any Channel) {
         self.server = server
@@ -216,6 +218,7 @@ final class AudioSocketCall: TelephoneCall {
     }
     func protocolError(_ message: String) { inbox.yield(.malformed(message)) }
     func closed(truncated: Int) {
+        sent.notify()
         inbox.yield(.closed(truncated: truncated))
         inbox.finish()
         // The caller is gone: the graph stops at once, even if a push into it is waiting for room.
@@ -299,7 +302,10 @@ final class AudioSocketCall: TelephoneCall {
         let forwarding = Task { [self] in
             for await e in events {
                 bus.forward(e)
-                if answerRoute?.interrupts(e) == true { outbound.withLock { $0.queue.removeAll() } }
+                if answerRoute?.interrupts(e) == true {
+                    outbound.withLock { $0.queue.removeAll() }
+                    sent.notify()
+                }
             }
         }
         let answering = route.answer.flatMap { pipeline.appSink($0.sinkID) }.map { sink in
@@ -385,9 +391,8 @@ final class AudioSocketCall: TelephoneCall {
         await answering?.value
         if !stopAtOnce {
             // The answer still queued is played out (bounded by the stall limit).
-            let until = ContinuousClock.now + ServeSession.stallLimit
-            while outbound.withLock({ !$0.queue.isEmpty }) && channel.isActive && ContinuousClock.now < until {
-                try? await Task.sleep(for: .milliseconds(20))
+            _ = await sent.wait(until: .now + ServeSession.stallLimit) { [self] in
+                outbound.withLock { $0.queue.isEmpty } || !channel.isActive
             }
         }
         outbound.withLock { $0.ended = true }
@@ -450,6 +455,7 @@ final class AudioSocketCall: TelephoneCall {
                 o.queue.removeFirst(n)
                 return (c, o.rate)
             }
+            if !chunk.isEmpty { sent.notify() }
             if clock.now - next > .milliseconds(200) { next = clock.now }
             guard !chunk.isEmpty, let type = AudioSocket.audioType(rate: rate) else { continue }
             guard channel.isActive else { return }
@@ -469,15 +475,17 @@ final class AudioSocketCall: TelephoneCall {
         }
     }
 
-    /// Yields `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`.
+    /// Yields `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`: sleeps
+    /// until the nearer of the two deadlines (the idle one moves with each message), then looks again.
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
+        let idle = Duration.milliseconds(route.idleTimeoutMs)
         while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(100))
-            if Task.isCancelled { return }
-            if ContinuousClock.now >= limit { inbox.yield(.maxDuration); return }
+            let now = ContinuousClock.now
+            if now >= limit { inbox.yield(.maxDuration); return }
             let last = outbound.withLock { $0.lastInput }
-            if ContinuousClock.now - last > .milliseconds(route.idleTimeoutMs) { inbox.yield(.idle); return }
+            if now - last >= idle { inbox.yield(.idle); return }
+            try? await Task.sleep(until: min(limit, last + idle), clock: .continuous)
         }
     }
 }

@@ -21,6 +21,8 @@ final class ServeMetrics: Sendable {
         var answerSeconds: [String: Double] = [:]
         var answerDropped: [String: Int] = [:]
         var answerDroppedSeconds: [String: Double] = [:]
+        var inputPaused: [String: Int] = [:]
+        var inputPeakBytes: [String: Int] = [:]
     }
     private let state = LockedValue(State())
     let started = ContinuousClock.now
@@ -66,6 +68,15 @@ final class ServeMetrics: Sendable {
         state.withLock { s in
             s.answerDropped[route, default: 0] += messages
             s.answerDroppedSeconds[route, default: 0] += seconds
+        }
+    }
+
+    /// A session's back-pressure on its client: how many times reading stopped because its graph fell
+    /// behind, and the most bytes that waited for the graph at once.
+    func input(route: String, pauses: Int, peakBytes: Int) {
+        state.withLock { s in
+            s.inputPaused[route, default: 0] += pauses
+            s.inputPeakBytes[route] = max(s.inputPeakBytes[route] ?? 0, peakBytes)
         }
     }
 
@@ -125,6 +136,10 @@ final class ServeMetrics: Sendable {
         for (r, n) in s.answerDropped.sorted(by: { $0.key < $1.key }) { line("voicepipe_answer_audio_dropped_total", [("route", r)], Double(n)) }
         header("voicepipe_answer_audio_dropped_seconds_total", "counter", "Seconds of answer audio dropped because a client fell behind.")
         for (r, v) in s.answerDroppedSeconds.sorted(by: { $0.key < $1.key }) { line("voicepipe_answer_audio_dropped_seconds_total", [("route", r)], v) }
+        header("voicepipe_input_paused_total", "counter", "Times a session stopped reading from its client because its graph fell behind (back-pressure: nothing is dropped).")
+        for (r, n) in s.inputPaused.sorted(by: { $0.key < $1.key }) { line("voicepipe_input_paused_total", [("route", r)], Double(n)) }
+        header("voicepipe_input_waiting_peak_bytes", "gauge", "The most client input one session held waiting for its graph at once.")
+        for (r, n) in s.inputPeakBytes.sorted(by: { $0.key < $1.key }) { line("voicepipe_input_waiting_peak_bytes", [("route", r)], Double(n)) }
         header("voicepipe_media_age_p99_ms", "gauge", "p99 media age at the sinks of the last session that ended.")
         for (r, v) in s.mediaAgeP99.sorted(by: { $0.key < $1.key }) { line("voicepipe_media_age_p99_ms", [("route", r)], v) }
         header("voicepipe_errors_total", "counter", "Errors by route and code.")

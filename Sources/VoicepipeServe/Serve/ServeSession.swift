@@ -23,13 +23,18 @@ import PipelineCore
 /// A session ends cleanly on the client's end, at `max_duration_s` (the audio so far is finished) and at
 /// shutdown; a disconnected client stops the graph at once. Nothing a session does affects another:
 /// everything it writes goes through its ``SessionOutbox`` and is written only while the connection
-/// takes it, so a client that does not read holds up neither its graph nor the server.
+/// takes it, so a client that does not read holds up neither its graph nor the server. What the client
+/// sends waits in the session's ``SessionInbox`` (about two seconds of audio at most): a client that
+/// sends faster than its graph takes finds the connection no longer reading, and nothing is dropped.
+/// The session's life — what ends it, its outcome, what is sent before the close — is decided by one
+/// ``SessionLifecycle`` value; the session only performs what it says.
 final class ServeSession: Sendable {
     enum Inbound: Sendable {
         case binary(ByteBuffer)
         case text(ByteBuffer)
         case close
     }
+    typealias Failure = SessionLifecycle.Failure
 
     let server: ServeServer
     let route: ServeConfiguration.Route
@@ -37,14 +42,14 @@ final class ServeSession: Sendable {
     let channel: any Channel
     let head: HTTPRequestHead
     let opened = ContinuousClock.now
-    private let inbox: AsyncStream<Inbound>.Continuation
-    private let messages: AsyncStream<Inbound>
+    /// What the client sent and the graph has not taken yet: about ``inboxSeconds`` of audio at most,
+    /// beyond which the connection stops reading from its socket until the graph catches up.
+    private let inbox: SessionInbox<Inbound>
 
     private struct State {
+        /// Where the session is in its life, and what it does next (``SessionLifecycle``).
+        var lifecycle: SessionLifecycle
         var pipeline: Pipeline?
-        var finished = false            // no more audio will be pushed
-        var closed = false              // the connection is gone or closing
-        var outcome = "completed"
         var bytes = 0
         var lastAudio = ContinuousClock.now
         var firstResultSent = false
@@ -61,10 +66,10 @@ final class ServeSession: Sendable {
         var live: LiveSession?
     }
     private let state: LockedValue<State>
-    /// Told when the client takes something or the connection closes (the end of a session waits on it).
+    /// Told when the client takes something, and when the lifecycle changes (the end of a session waits on it).
     private let progress = ChangeSignal()
-    /// Told when the client's audio has ended (the limits' watch ends with it).
-    private let audioEnded = ChangeSignal()
+    /// Told when the lifecycle changes (the limits' watch ends when the audio has ended).
+    private let changed = ChangeSignal()
 
     /// The running graph, for the console (nil before it starts).
     var live: LiveSession? { state.withLock { $0.live } }
@@ -72,6 +77,10 @@ final class ServeSession: Sendable {
     /// At the end of a session, how long the client may take nothing before the answer audio it has not
     /// taken is dropped and the connection closed.
     static let stallLimit: Duration = .seconds(5)
+    /// How much of the client's audio may wait for the graph before the connection stops reading.
+    static let inboxSeconds = 2
+    /// How many messages may wait (many tiny ones weigh more than their bytes).
+    static let inboxMessages = 500
 
     init(server: ServeServer, route: ServeConfiguration.Route, head: HTTPRequestHead, captures: [String: String], channel: any Channel) {
         self.server = server
@@ -79,8 +88,15 @@ final class ServeSession: Sendable {
         self.head = head
         self.captures = captures
         self.channel = channel
-        state = LockedValue(State(wire: route.kind.sessionProtocol(), outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
-        (messages, inbox) = AsyncStream.makeStream(of: Inbound.self, bufferingPolicy: .unbounded)
+        state = LockedValue(State(lifecycle: SessionLifecycle(answers: route.answer != nil), wire: route.kind.sessionProtocol(),
+                                  outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
+        let limit = Self.inboxSeconds * route.format.sampleRate * route.format.channels * 2
+        inbox = SessionInbox(limitBytes: limit, limitMessages: Self.inboxMessages) { [channel] inbox in
+            // Applied on the event loop, to the value the inbox wants then (so late or reordered calls end right).
+            channel.eventLoop.execute {
+                _ = channel.setOption(ChannelOptions.autoRead, value: inbox.reading)
+            }
+        }
     }
 
     private var logger: Logger { server.logger }
@@ -90,28 +106,92 @@ final class ServeSession: Sendable {
         Task { await self.run() }
     }
 
-    func received(_ message: Inbound) { inbox.yield(message) }
+    func received(_ message: Inbound) {
+        switch message {
+        case .binary(let b), .text(let b): inbox.push(message, bytes: b.readableBytes)
+        case .close: inbox.push(message, bytes: 0)
+        }
+    }
 
     func tooLarge() {
         server.metrics.error(route: route.name, code: "message_too_large")
-        fail(code: 4001, websocketCode: "message_too_large", message: "message larger than \(route.maxFrameBytes) bytes", close: .messageTooLarge)
+        performNow(apply { $0.messageTooLarge(Failure(code: 4001, name: "message_too_large", message: "message larger than \(route.maxFrameBytes) bytes",
+                                                     close: .messageTooLarge)) })
     }
 
     func disconnected() {
-        let wasOpen = state.withLock { s -> Bool in
-            defer { s.closed = true }
-            if !s.finished { s.outcome = "disconnected" }
-            s.outbox.removeAll()
-            return !s.closed
-        }
-        if wasOpen { inbox.finish() }
-        state.withLock { $0.pipeline }?.stop()
+        performNow(apply { $0.disconnected() })
     }
 
     /// Shutdown after the drain grace period: end the audio; the last results are sent, then the close.
     func endForShutdown() {
-        state.withLock { if $0.outcome == "completed" { $0.outcome = "shutdown" } }
-        inbox.finish()
+        performNow(apply { $0.shutdown() })
+    }
+
+    // MARK: the lifecycle
+
+    /// One event of the lifecycle, under the lock; returns what to do (after the lock).
+    private func apply(_ event: (inout SessionLifecycle) -> [SessionLifecycle.Action]) -> [SessionLifecycle.Action] {
+        let actions = state.withLock { event(&$0.lifecycle) }
+        changed.notify()
+        progress.notify()
+        return actions
+    }
+
+    /// Performs what the lifecycle asked, in order (all but ``SessionLifecycle/Action/record(_:)`` and
+    /// ``SessionLifecycle/Action/drainOutput``, which only the session's own task gets, in ``perform(_:bus:)``).
+    private func performNow(_ actions: [SessionLifecycle.Action]) {
+        for action in actions {
+            switch action {
+            case .endAudio:
+                inbox.finish()
+            case .stopGraph:
+                // What the client sent and the graph has not taken is for no one now.
+                inbox.finish(discard: true)
+                state.withLock { $0.pipeline }?.stop()
+            case .forgetOutput:
+                state.withLock { $0.outbox.removeAll() }
+            case .sendFinished:
+                state.withLock { s in for m in s.wire.finished() { s.outbox.text(m) } }
+            case .fail(let f):
+                let close = state.withLock { s -> WebSocketErrorCode in
+                    let failure = s.wire.failure(code: f.code, name: f.name, message: f.message, close: f.close)
+                    s.outbox.text(failure.text)
+                    return failure.close
+                }
+                closeConnection(close)
+            case .close(let code):
+                closeConnection(code)
+            case .record, .drainOutput:
+                assertionFailure("\(action) is performed by the session's task")
+            }
+        }
+    }
+
+    /// ``performNow(_:)``, and the outcome recorded, the answer audio drained.
+    private func perform(_ actions: [SessionLifecycle.Action], bus: SessionEvents) async {
+        for action in actions {
+            switch action {
+            case .record(let outcome):
+                await record(outcome, bus: bus)
+            case .drainOutput:
+                await drainOutbox()
+                await perform(apply { $0.outputDone() }, bus: bus)
+            default:
+                performNow([action])
+            }
+        }
+    }
+
+    /// The session's end in the metrics and on the bus.
+    private func record(_ outcome: SessionLifecycle.Outcome, bus: SessionEvents) async {
+        let (pipeline, bytes) = state.withLock { ($0.pipeline, $0.bytes) }
+        let drops = pipeline?.edgeStats.reduce(0) { $0 + Int($1.dropped) } ?? 0
+        let age = pipeline?.sinkAges.map(\.age.p99Ms).max()
+        let seconds = pipeline == nil ? 0 : Self.seconds(ContinuousClock.now - opened)
+        server.metrics.input(route: route.name, pauses: inbox.pauses, peakBytes: inbox.peakBytes)
+        server.metrics.sessionEnded(route: route.name, outcome: outcome.rawValue, seconds: seconds, drops: drops, mediaAgeP99Ms: age)
+        await bus.finished(outcome: outcome.rawValue, audioBytes: bytes, drops: drops)
     }
 
     // MARK: running
@@ -123,13 +203,13 @@ final class ServeSession: Sendable {
             server.metrics.refused(route: route.name, code: refusal.code)
             logger.info("route '\(route.name)': refused (\(refusal.code) \(refusal.message))")
             send(text: refusal.text)
-            close(.normalClosure)
+            performNow(apply { $0.refused() })
             return
         }
         guard server.admit(self) else {
             server.metrics.refused(route: route.name, code: "busy")
-            fail(code: 4006, websocketCode: "busy", message: "too many sessions (max_sessions \(server.configuration.maxSessions))",
-                 close: .unexpectedServerError)
+            performNow(apply { $0.refused(failure: Failure(code: 4006, name: "busy", message: "too many sessions (max_sessions \(server.configuration.maxSessions))",
+                                                           close: .unexpectedServerError)) })
             return
         }
         server.metrics.sessionStarted(route: route.name)
@@ -140,37 +220,21 @@ final class ServeSession: Sendable {
         do {
             pipeline = try Pipeline(graph: route.graph, logger: Logger(label: "voicepipe.serve.\(route.name)"))
         } catch {
-            server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: 0, drops: 0, mediaAgeP99Ms: nil)
-            await bus.finished(outcome: "error", audioBytes: 0, drops: 0)
-            fail(code: 4000, websocketCode: "graph_failed", message: "cannot start the graph: \(error)", close: .unexpectedServerError)
+            await perform(apply { $0.failedToStart(Failure(code: 4000, name: "graph_failed", message: "cannot start the graph: \(error)",
+                                                          close: .unexpectedServerError)) }, bus: bus)
             return
         }
         let live = LiveSession(id: bus.session, route: route.name, started: opened, pipeline: pipeline)
         state.withLock { $0.pipeline = pipeline; $0.live = live }
-        if state.withLock({ $0.closed }) { pipeline.stop() }
+        // A disconnect or a shutdown meanwhile takes effect now.
+        performNow(apply { $0.started() })
         for message in state.withLock({ $0.wire.opened() }) { send(text: message) }
-        let failure = await runGraph(pipeline, bus: bus)
-        if failure == nil { await drainOutbox() }
-        let stats = pipeline.edgeStats
-        let drops = stats.reduce(0) { $0 + Int($1.dropped) }
-        let age = pipeline.sinkAges.map(\.age.p99Ms).max()
-        let outcome = state.withLock { s -> String in
-            if failure != nil && s.outcome == "completed" { s.outcome = "error" }
-            return s.outcome
-        }
-        let seconds = Self.seconds(ContinuousClock.now - opened)
-        server.metrics.sessionEnded(route: route.name, outcome: outcome, seconds: seconds, drops: drops, mediaAgeP99Ms: age)
-        await bus.finished(outcome: outcome, audioBytes: state.withLock { $0.bytes }, drops: drops)
-        if let failure {
+        let failure = await runGraph(pipeline, bus: bus).map { failure -> Failure in
             server.metrics.error(route: route.name, code: "graph_failed")
             logger.warning("route '\(route.name)': session graph failed: \(failure)")
-            fail(code: 4000, websocketCode: "graph_failed", message: "\(failure)", close: .unexpectedServerError)
-            return
+            return Failure(code: 4000, name: "graph_failed", message: "\(failure)", close: .unexpectedServerError)
         }
-        if outcome != "disconnected" {
-            for message in state.withLock({ $0.wire.finished() }) { send(text: message) }
-        }
-        close(.normalClosure)
+        await perform(apply { $0.graphFinished(failure: failure) }, bus: bus)
     }
 
     /// Runs the session's graph with everything around it as one task group: the graph, the events
@@ -234,10 +298,16 @@ final class ServeSession: Sendable {
 
     /// Pushes the client's audio into the graph until the client ends it (or leaves, or a limit is hit).
     private func feed(_ pipeline: Pipeline) async {
+        defer {
+            performNow(apply { $0.audioEnded() })
+            // Whatever comes now is not taken (and the connection reads again, to see its close).
+            inbox.finish(discard: true)
+        }
         guard let source = pipeline.appSource(route.sourceID) else { return }
+        defer { source.finish() }
         let channels = route.format.channels
         var carry: UInt8?
-        for await message in messages {
+        loop: while let message = await inbox.next() {
             switch message {
             case .binary(var buffer):
                 let n = buffer.readableBytes
@@ -249,9 +319,9 @@ final class ServeSession: Sendable {
                 server.metrics.audio(route: route.name, bytes: n)
                 if over {
                     server.metrics.error(route: route.name, code: "max_bytes")
-                    state.withLock { $0.outcome = "limit" }
                     logger.info("route '\(route.name)': session reached max_bytes (\(route.maxBytes)); ending its audio")
-                    break
+                    performNow(apply { $0.limitReached() })
+                    break loop
                 }
                 var bytes = buffer.readBytes(length: n) ?? []
                 if let c = carry { bytes.insert(c, at: 0); carry = nil }
@@ -260,25 +330,18 @@ final class ServeSession: Sendable {
                 for i in 0..<samples.count { samples[i] = Int16(bitPattern: UInt16(bytes[2 * i]) | UInt16(bytes[2 * i + 1]) << 8) }
                 let whole = samples.count - samples.count % channels
                 if whole > 0 { await source.push(whole == samples.count ? samples : Array(samples[0..<whole])) }
-                continue
             case .text(var buffer):
                 let text = buffer.readString(length: buffer.readableBytes) ?? ""
-                if Self.isEnd(text) { break }
+                if Self.isEnd(text) { break loop }
                 server.metrics.error(route: route.name, code: "unknown_message")
                 if state.withLock({ $0.wire.refusesUnknownText }) {
-                    fail(code: 4010, websocketCode: "unknown_message", message: "unknown text message", close: .protocolError)
-                    state.withLock { $0.outcome = "error" }
-                    break
+                    performNow(apply { $0.refusedMessage(Failure(code: 4010, name: "unknown_message", message: "unknown text message", close: .protocolError)) })
+                    break loop
                 }
-                continue
             case .close:
-                break
+                break loop
             }
-            break
         }
-        state.withLock { $0.finished = true }
-        audioEnded.notify()
-        source.finish()
     }
 
     /// Ends the audio at `max_duration_s`; Tencent's 4008 (websocket: an `idle` error) after `idle_timeout_ms`
@@ -288,26 +351,22 @@ final class ServeSession: Sendable {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
         let idle = Duration.milliseconds(route.idleTimeoutMs)
         while true {
-            let (last, finished) = state.withLock { ($0.lastAudio, $0.finished) }
-            if finished || Task.isCancelled { return }
+            let (last, takesAudio) = state.withLock { ($0.lastAudio, $0.lifecycle.takesAudio) }
+            if !takesAudio || Task.isCancelled { return }
             let next = min(limit, last + idle)
             if ContinuousClock.now < next {
-                _ = await audioEnded.wait(until: next) { [self] in state.withLock { $0.finished } }
+                _ = await changed.wait(until: next) { [self] in !state.withLock { $0.lifecycle.takesAudio } }
                 continue
             }
             if ContinuousClock.now >= limit {
                 server.metrics.error(route: route.name, code: "max_duration")
-                state.withLock { $0.outcome = "limit" }
                 logger.info("route '\(route.name)': session reached max_duration_s (\(route.maxDurationS)); ending its audio")
-                inbox.finish()
+                performNow(apply { $0.limitReached() })
                 return
             }
             if ContinuousClock.now - last >= idle {
                 server.metrics.error(route: route.name, code: "idle")
-                state.withLock { $0.outcome = "idle" }
-                fail(code: 4008, websocketCode: "idle", message: "no audio for \(route.idleTimeoutMs) ms", close: .normalClosure)
-                state.withLock { $0.pipeline }?.stop()
-                inbox.finish()
+                performNow(apply { $0.idle(Failure(code: 4008, name: "idle", message: "no audio for \(route.idleTimeoutMs) ms", close: .normalClosure)) })
                 return
             }
         }
@@ -333,7 +392,7 @@ final class ServeSession: Sendable {
     /// client is more than `answer_buffer_ms` behind).
     private func answer(_ audio: AudioBuffer, marks: FrameMarks) {
         let result = state.withLock { s -> (dropped: (messages: Int, nanos: Int64), warn: Bool)? in
-            guard !s.closed else { return nil }
+            guard s.lifecycle.connectionOpen else { return nil }
             let dropped = s.outbox.audio(audio, marks: marks)
             let warn = dropped.messages > 0 && !s.warnedDrops
             if warn { s.warnedDrops = true }
@@ -353,7 +412,7 @@ final class ServeSession: Sendable {
     /// the client told (`audio_flush`).
     private func interruptAnswer() {
         let flushed = state.withLock { s -> Bool in
-            guard !s.closed, s.outbox.hasAnswered else { return false }
+            guard s.lifecycle.connectionOpen, s.outbox.hasAnswered else { return false }
             s.outbox.flushAudio()
             return true
         }
@@ -367,7 +426,7 @@ final class ServeSession: Sendable {
         while true {
             let last = state.withLock { $0.lastProgress }
             let done = await progress.wait(until: last + Self.stallLimit) { [self] in
-                state.withLock { $0.outbox.isEmpty || $0.closed }
+                state.withLock { $0.outbox.isEmpty || !$0.lifecycle.connectionOpen }
             }
             if done { return }
             // The deadline passed: the client stalled, unless it took something meanwhile.
@@ -383,16 +442,9 @@ final class ServeSession: Sendable {
         if first { server.metrics.firstResult(route: route.name, seconds: Self.seconds(ContinuousClock.now - opened)) }
     }
 
-    /// The protocol's error, then the connection closes.
-    private func fail(code: Int, websocketCode: String, message: String, close: WebSocketErrorCode) {
-        let failure = state.withLock { $0.wire.failure(code: code, name: websocketCode, message: message, close: close) }
-        send(text: failure.text)
-        self.close(failure.close)
-    }
-
     private func send(text: String) {
         let queued = state.withLock { s -> Bool in
-            guard !s.closed else { return false }
+            guard s.lifecycle.connectionOpen else { return false }
             s.outbox.text(text)
             return true
         }
@@ -413,7 +465,7 @@ final class ServeSession: Sendable {
         var wrote = false
         var audioNanos: Int64 = 0
         while channel.isWritable {
-            guard let m = state.withLock({ s -> SessionOutbox.Message? in s.closed ? nil : s.outbox.next() }) else { break }
+            guard let m = state.withLock({ s -> SessionOutbox.Message? in s.lifecycle.connectionOpen ? s.outbox.next() : nil }) else { break }
             write(m)
             wrote = true
             if case .audio(_, let nanos) = m { audioNanos += nanos }
@@ -434,12 +486,10 @@ final class ServeSession: Sendable {
         }
     }
 
-    /// Closes the connection: the answer audio still waiting is dropped (counted), the text messages
-    /// still waiting are written, then `audio_stats` (routes with an answer), then the close frame.
-    private func close(_ code: WebSocketErrorCode) {
-        let already = state.withLock { s -> Bool in defer { s.closed = true }; return s.closed }
-        guard !already else { return }
-        progress.notify()
+    /// Closes the connection (once: the lifecycle's `fail` or `close`): the client's audio ends, the answer
+    /// audio still waiting is dropped (counted), the text messages still waiting are written, then
+    /// `audio_stats` (routes with an answer), then the close frame.
+    private func closeConnection(_ code: WebSocketErrorCode) {
         inbox.finish()
         let channel = self.channel
         channel.eventLoop.execute { [self] in

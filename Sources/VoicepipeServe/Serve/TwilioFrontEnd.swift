@@ -51,6 +51,8 @@ final class TwilioCall: TelephoneCall {
         var counter = 0
     }
     private let outbound = LockedValue(Outbound())
+    /// Told when the queued answer shrinks or the call's connection closes (the end of a call waits on it).
+    private let sent = ChangeSignal()
 
     init(server: ServeServer, route: ServeConfiguration.Route, channel: any Channel) {
         self.server = server
@@ -68,6 +70,7 @@ final class TwilioCall: TelephoneCall {
         outbound.withLock { $0.lastInput = .now }
         inbox.yield(input)
         if case .closed = input {
+            sent.notify()
             inbox.finish()
             // The carrier is gone: the graph stops at once, even if a push into it is waiting for room.
             live?.pipeline.stop()
@@ -90,6 +93,7 @@ final class TwilioCall: TelephoneCall {
         if let metric { server.metrics.error(route: route.name, code: metric) }
         let already = outbound.withLock { o -> Bool in defer { o.closed = true }; return o.closed }
         guard !already else { return }
+        sent.notify()
         if code != .normalClosure { logger.info("route '\(route.name)': twilio stream closed: \(reason)") }
         let channel = self.channel
         channel.eventLoop.execute {
@@ -284,9 +288,9 @@ final class TwilioCall: TelephoneCall {
         _ = await forwarding.value
         await answering?.value
         if !stopAtOnce {
-            let until = ContinuousClock.now + ServeSession.stallLimit
-            while outbound.withLock({ !$0.queue.isEmpty && !$0.closed }) && channel.isActive && ContinuousClock.now < until {
-                try? await Task.sleep(for: .milliseconds(20))
+            // The answer still queued is played out (bounded by the stall limit).
+            _ = await sent.wait(until: .now + ServeSession.stallLimit) { [self] in
+                outbound.withLock { $0.queue.isEmpty || $0.closed } || !channel.isActive
             }
         }
         pacing?.cancel()
@@ -313,6 +317,7 @@ final class TwilioCall: TelephoneCall {
             o.unplayed = false
             return (had, o.streamSid)
         }
+        sent.notify()
         if clear { send(["event": "clear", "streamSid": sid]) }
     }
 
@@ -365,6 +370,7 @@ final class TwilioCall: TelephoneCall {
                 o.pendingMarks.formUnion(due)
                 return (c, due, o.streamSid, o.closed)
             }
+            if !chunk.isEmpty { sent.notify() }
             if closed || !channel.isActive { return }
             if !chunk.isEmpty {
                 if !channel.isWritable {
@@ -379,13 +385,17 @@ final class TwilioCall: TelephoneCall {
         }
     }
 
+    /// Yields `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`: sleeps
+    /// until the nearer of the two deadlines (the idle one moves with each message), then looks again.
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
+        let idle = Duration.milliseconds(route.idleTimeoutMs)
         while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(100))
-            if Task.isCancelled { return }
-            if ContinuousClock.now >= limit { inbox.yield(.maxDuration); return }
-            if ContinuousClock.now - outbound.withLock({ $0.lastInput }) > .milliseconds(route.idleTimeoutMs) { inbox.yield(.idle); return }
+            let now = ContinuousClock.now
+            if now >= limit { inbox.yield(.maxDuration); return }
+            let last = outbound.withLock { $0.lastInput }
+            if now - last >= idle { inbox.yield(.idle); return }
+            try? await Task.sleep(until: min(limit, last + idle), clock: .continuous)
         }
     }
 }

@@ -93,6 +93,8 @@ final class WyomingServeConnection: Sendable {
     private let inbox: AsyncStream<Input>.Continuation
     /// When the connection last received an event, and whether a transcription is open.
     private let activity = LockedValue<(last: ContinuousClock.Instant, open: Bool)>((.now, false))
+    /// Told when a transcription opens (the idle watch waits for one).
+    private let transcriptionOpened = ChangeSignal()
 
     /// What the connection's task acts on, in order.
     private enum Input: Sendable {
@@ -122,17 +124,26 @@ final class WyomingServeConnection: Sendable {
     /// The drain's grace period is over: an open transcription ends with its transcript, then the connection closes.
     func endForShutdown() { inbox.yield(.drain) }
 
-    /// Yields `.idle` when an open transcription has received nothing for the route's idle timeout.
+    /// Yields `.idle` when an open transcription has received nothing for the route's idle timeout: waits
+    /// for a transcription to open, then sleeps until its idle deadline (which moves with each event).
     private func watchIdle() async {
         let limit = Duration.milliseconds(route.idleTimeoutMs)
-        let step = min(Duration.milliseconds(250), limit / 4)
         while !Task.isCancelled {
-            try? await Task.sleep(for: step)
-            let idle = activity.withLock { $0.open && ContinuousClock.now - $0.last > limit }
-            if idle {
-                activity.withLock { $0.open = false }
-                inbox.yield(.idle)
+            let (last, open) = activity.withLock { ($0.last, $0.open) }
+            guard open else {
+                _ = await transcriptionOpened.wait(until: .now + .seconds(3600)) { [self] in activity.withLock { $0.open } }
+                continue
             }
+            if ContinuousClock.now - last >= limit {
+                let idle = activity.withLock { a -> Bool in
+                    guard a.open && a.last == last else { return false }
+                    a.open = false
+                    return true
+                }
+                if idle { inbox.yield(.idle) }
+                continue
+            }
+            try? await Task.sleep(until: last + limit, clock: .continuous)
         }
     }
 
@@ -278,6 +289,7 @@ final class WyomingServeConnection: Sendable {
                                       detected: { [self] in self.send($0) })
                     token = t
                     activity.withLock { $0 = (.now, true) }
+                    transcriptionOpened.notify()
                     server.metrics.sessionStarted(route: route.name)
                     bus.started(protocol: "wyoming", remote: channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" })
                 } catch {

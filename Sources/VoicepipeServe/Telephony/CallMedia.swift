@@ -45,6 +45,10 @@ final class CallMedia: Sendable {
     private let channel = LockedValue<(any Channel)?>(nil)
     private let opened = ContinuousClock.now
     private let clock = ContinuousClock()
+    /// Told when a packet or a digit arrives (the playout waits on it while the jitter buffer is empty).
+    private let arrived = ChangeSignal()
+    /// Told when the answer queue shrinks or is emptied (``waitUntilSent(deadline:)`` waits on it).
+    private let sent = ChangeSignal()
 
     init(negotiation n: MediaNegotiation, graphFormat: AudioFormat, jitterMs: ClosedRange<Int>, answerBufferMs: Int,
          report: @escaping @Sendable (Report) -> Void) throws {
@@ -89,13 +93,27 @@ final class CallMedia: Sendable {
             s.lastRTP = .now
             if !s.weSend { s.queue.removeAll() }
         }
+        sent.notify()
     }
 
     /// Barge-in: what is queued is not sent.
-    func interrupt() { state.withLock { $0.queue.removeAll() } }
-    func digit(_ d: TelephoneEventDetector.Digit) { state.withLock { $0.digits.append(d) } }
+    func interrupt() {
+        state.withLock { $0.queue.removeAll() }
+        sent.notify()
+    }
+    func digit(_ d: TelephoneEventDetector.Digit) {
+        state.withLock { $0.digits.append(d) }
+        arrived.notify()
+    }
     func end() { state.withLock { $0.ended = true } }
     var queueIsEmpty: Bool { state.withLock { $0.queue.isEmpty } }
+
+    /// Waits until the answer queued so far has been sent (``queueIsEmpty``), up to `deadline`. Returns
+    /// true when it was sent, false at the deadline (or when the waiting task was cancelled before).
+    @discardableResult
+    func waitUntilSent(deadline: ContinuousClock.Instant) async -> Bool {
+        await sent.wait(until: deadline) { [self] in state.withLock { $0.queue.isEmpty } }
+    }
     var counters: RTPInbound.Counters { state.withLock { $0.inbound.counters } }
 
     /// True when the other side said it sends and has sent nothing for `limit`.
@@ -132,6 +150,10 @@ final class CallMedia: Sendable {
             return v
         }
         switch verdict {
+        case .audio, .telephoneEvent: arrived.notify()
+        default: break
+        }
+        switch verdict {
         case .wrongAddress: report(.ignored(code: "rtp_wrong_address"))
         case .wrongSSRC: report(.ignored(code: "rtp_wrong_ssrc"))
         case .malformed: report(.ignored(code: "rtp_malformed"))
@@ -161,7 +183,10 @@ final class CallMedia: Sendable {
                 await source.push(event: Event(.dtmf, fields: [("digit", .string(d.digit)), ("duration_ms", .int(Int64(d.durationMs)))]))
             }
             guard let due else {
-                try? await Task.sleep(for: .milliseconds(10))
+                // Nothing to play until a packet (or a digit) comes.
+                _ = await arrived.wait(until: .now + .seconds(1)) { [self] in
+                    state.withLock { $0.jitter.nextTickTime != nil || !$0.digits.isEmpty }
+                }
                 continue
             }
             let at = opened + .nanoseconds(due)
@@ -216,6 +241,7 @@ final class CallMedia: Sendable {
                 if c.count < encoder.frameSamples { c += [Int16](repeating: 0, count: encoder.frameSamples - c.count) }
                 return (c, s.remote, s.weSend && !s.ended, n > 0)
             }
+            if hadAudio { sent.notify() }
             guard allowed, let remote, let ch = channel.withLock({ $0 }), let payload = try? encoder.encode(chunk) else { continue }
             let packet = RTPPacket(marker: first, payloadType: payloadType, sequenceNumber: seq, timestamp: timestamp, ssrc: ssrc, payload: payload)
             first = false
