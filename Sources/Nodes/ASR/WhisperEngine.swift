@@ -15,8 +15,9 @@ public struct WhisperEngine: ASREngine {
     let partials: Bool
     let earlyFinals: Bool
 
-    /// Quiet audio after speech that starts decoding the final ahead of the utterance's end (when the
-    /// pool has a free thread: decoding ahead never takes a thread another session's final needs).
+    /// Quiet audio after speech that starts decoding the final ahead of the utterance's end (when no other
+    /// final waits: a final ahead goes after finals and before partials, and is promoted to a final when its
+    /// utterance ends; when speech resumes it is cancelled, and aborted if it runs).
     static let earlyFinalPauseMs: Int64 = 100
 
     public var segmentsUnmarkedAudio: Bool { false }
@@ -78,7 +79,7 @@ public struct WhisperEngine: ASREngine {
             var utteranceWallStart = ContinuousClock.now
             // A final decoded ahead, from the start of a pause in which the utterance may end: used when
             // the utterance does end with no more speech, dropped (cancelled) when speech resumes.
-            var early: (samples: Int, task: Task<WhisperDecoding?, any Error>)?
+            var early: (samples: Int, id: UInt64, task: Task<WhisperDecoding?, any Error>)?
             for await input in inputs {
                 switch input {
                 case .utteranceStart(let voiceID, let seq, let startMs):
@@ -105,9 +106,10 @@ public struct WhisperEngine: ASREngine {
                         voicedSincePartial = true
                         early?.task.cancel()
                         early = nil
-                    } else if earlyFinals, early == nil, pause.quietMs >= Self.earlyFinalPauseMs, pause.heardSpeech, pool.isIdle {
+                    } else if earlyFinals, early == nil, pause.quietMs >= Self.earlyFinalPauseMs, pause.heardSpeech, pool.takesAhead {
                         let audio = samples
-                        early = (samples.count, Task { try await pool.decode(audio, request: request, priority: .final, session: session) })
+                        let id = pool.newRequestID()
+                        early = (samples.count, id, Task { try await pool.decode(audio, request: request, priority: .ahead, session: session, id: id) })
                     }
                     // Partials use spare decoding time only (a free thread, nothing waiting), and only for
                     // audio that arrives at about real time: a file read as fast as it decodes has a
@@ -171,6 +173,7 @@ public struct WhisperEngine: ASREngine {
                     let logger = context.logger
                     let counters = context
                     let ahead = early?.task
+                    if let early { pool.promote(early.id) }
                     early = nil
                     if ahead != nil { context.count("whisper_early_finals") }
                     let task = Task<[ASRResult], Never> {

@@ -315,6 +315,18 @@ final class WhisperDecoderPool: @unchecked Sendable {
     /// A new session key.
     func newSession() -> UInt64 { nextID() }
 
+    /// A new request key, for a final decoded ahead that ``promote(_:)`` may later name.
+    func newRequestID() -> UInt64 { nextID() }
+
+    /// The utterance of the final decoded ahead as request `id` ended: if it still waits, it waits as a final.
+    func promote(_ id: UInt64) {
+        let allowed = budget.decodersAllowed
+        perform(update { $0.promote(id: id, allowed: allowed) })
+    }
+
+    /// True when no final waits: a final decoded ahead delays no one's final.
+    var takesAhead: Bool { schedule.withLock { $0.takesAhead } }
+
     /// Grows the pool to at least `count` threads (it never shrinks).
     func ensureWorkers(_ count: Int) {
         let allowed = budget.decodersAllowed
@@ -341,13 +353,6 @@ final class WhisperDecoderPool: @unchecked Sendable {
         perform(actions)
     }
 
-    /// True when no final waits and a final submitted now starts at once (on a free thread within the free
-    /// cores, or in place of a partial): work done ahead then delays no one's final.
-    var isIdle: Bool {
-        let allowed = budget.decodersAllowed
-        return schedule.withLock { $0.isIdle(allowed: allowed) }
-    }
-
     /// True when a thread is free within the budget and nothing waits: a partial started now delays no one.
     var hasFreeThread: Bool {
         let allowed = budget.decodersAllowed
@@ -359,8 +364,8 @@ final class WhisperDecoderPool: @unchecked Sendable {
 
     /// Decodes `samples`; nil when a partial was replaced by a newer one or aborted for a final.
     /// Cancelling the calling task removes the job, or aborts it if it is running.
-    func decode(_ samples: [Float], request: WhisperRequest, priority: Priority, session: UInt64) async throws -> WhisperDecoding? {
-        let id = nextID()
+    func decode(_ samples: [Float], request: WhisperRequest, priority: Priority, session: UInt64, id given: UInt64? = nil) async throws -> WhisperDecoding? {
+        let id = given ?? nextID()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WhisperDecoding?, any Error>) in
                 if Task.isCancelled {

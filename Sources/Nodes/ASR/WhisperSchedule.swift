@@ -4,8 +4,11 @@
 /// and ``WhisperDecoderPool`` carries them out after releasing its lock.
 ///
 /// The rules:
-/// - **Finals first.** A waiting final always goes before a waiting partial, in arrival order.
-/// - **Finals use every decoder thread; partials only the cores other processes leave free.** With one
+/// - **Finals first.** A waiting final always goes before everything else, in arrival order; then finals
+///   decoded ahead (an utterance paused and may be over: its final starts before the VAD's hang-over
+///   ends, and is promoted to a final when the utterance does end, or cancelled when speech resumes);
+///   then partials.
+/// - **Finals (and finals ahead) use every decoder thread; partials only the cores other processes leave free.** With one
 ///   thread per decoding there is no barrier to wait at, and the kernel shares cores fairly between
 ///   runnable threads: two finals side by side, while another process holds one of the two cores, each get
 ///   two thirds of a core, so both end at 1.5 units of work instead of 1 and 2 in turn. Finals waiting
@@ -17,7 +20,7 @@
 /// - **Threads per decoding**: what the request asks, at most the free cores not used by other decodings,
 ///   at least one.
 struct WhisperSchedule<Job> {
-    enum Priority: Sendable { case final, partial }
+    enum Priority: Sendable { case final, ahead, partial }
 
     struct Entry {
         let id: UInt64
@@ -44,6 +47,7 @@ struct WhisperSchedule<Job> {
     enum Ending { case completed, aborted }
 
     private(set) var finals: [Entry] = []
+    private(set) var aheads: [Entry] = []
     private(set) var partials: [Entry] = []
     /// Per decoder thread: the decoding it runs, and whether it was told to abort.
     private(set) var running: [(entry: Entry, aborting: Bool)?] = []
@@ -71,14 +75,25 @@ struct WhisperSchedule<Job> {
         }
         switch entry.priority {
         case .final: finals.append(entry)
+        case .ahead: aheads.append(entry)
         case .partial: partials.append(entry)
         }
         return actions + dispatch(allowed: allowed)
     }
 
+    /// The utterance of final-ahead `id` ended: if it still waits, it waits as a final now (after the finals
+    /// already waiting). A running one goes on; nothing else changes.
+    mutating func promote(id: UInt64, allowed: Int) -> [Action] {
+        guard let i = aheads.firstIndex(where: { $0.id == id }) else { return [] }
+        let e = aheads.remove(at: i)
+        finals.append(Entry(id: e.id, session: e.session, priority: .final, threads: e.threads, job: e.job))
+        return dispatch(allowed: allowed)
+    }
+
     /// The caller of request `id` went away: a waiting request is answered as cancelled, a running one aborted.
     mutating func cancel(id: UInt64) -> [Action] {
         if let i = finals.firstIndex(where: { $0.id == id }) { return [.cancelled(finals.remove(at: i))] }
+        if let i = aheads.firstIndex(where: { $0.id == id }) { return [.cancelled(aheads.remove(at: i))] }
         if let i = partials.firstIndex(where: { $0.id == id }) { return [.cancelled(partials.remove(at: i))] }
         if let w = running.firstIndex(where: { $0?.entry.id == id }), let r = running[w], !r.aborting {
             running[w] = (r.entry, true)
@@ -95,16 +110,13 @@ struct WhisperSchedule<Job> {
         return (r.aborting ? .aborted : .completed, dispatch(allowed: allowed))
     }
 
-    /// No final waits, and a final submitted now starts at once: on a free thread within the free cores, or
-    /// in place of a partial (work done ahead then delays no one's final).
-    func isIdle(allowed: Int) -> Bool {
-        finals.isEmpty && ((idleWorker != nil && runningCount < allowed) || running.contains { $0?.entry.priority == .partial && $0?.aborting == false })
-    }
-
     /// Nothing waits, and a partial submitted now starts at once on a free core: it delays no one.
     func hasFreeThread(allowed: Int) -> Bool {
-        finals.isEmpty && partials.isEmpty && idleWorker != nil && runningCount < allowed
+        finals.isEmpty && aheads.isEmpty && partials.isEmpty && idleWorker != nil && runningCount < allowed
     }
+
+    /// No final waits: a final decoded ahead now goes before no one's final.
+    var takesAhead: Bool { finals.isEmpty }
 
     /// Starts what may start, and aborts the partials finals need the room of.
     private mutating func dispatch(allowed: Int) -> [Action] {
@@ -113,6 +125,8 @@ struct WhisperSchedule<Job> {
             let entry: Entry
             if !finals.isEmpty {
                 entry = finals.removeFirst()
+            } else if !aheads.isEmpty {
+                entry = aheads.removeFirst()
             } else if !partials.isEmpty, runningCount < allowed {
                 entry = partials.removeFirst()
             } else {
@@ -122,9 +136,10 @@ struct WhisperSchedule<Job> {
             running[w] = (entry, false)
             actions.append(.start(worker: w, entry: entry, threads: threads))
         }
-        // Partials give way: one per final still waiting for a thread, and as many as run beyond the free cores.
+        // Partials give way: one per final (or final ahead) still waiting for a thread, and as many as run
+        // beyond the free cores.
         let excess = max(0, runningCount - max(1, allowed))
-        var toAbort = finals.count + excess
+        var toAbort = finals.count + aheads.count + excess
         for w in running.indices where toAbort > 0 {
             guard let r = running[w], r.entry.priority == .partial else { continue }
             if !r.aborting {

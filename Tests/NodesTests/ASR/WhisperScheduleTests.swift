@@ -50,9 +50,9 @@ struct WhisperScheduleTests {
     func finalTakesPartialsPlace() {
         var s = Self.pool(1)
         #expect(Self.names(s.submit(Self.entry(1, session: 1, .partial), allowed: 1)) == ["start w0 partial-1 t1"])
-        #expect(s.isIdle(allowed: 1), "a running partial gives way: a final now starts at once")
+        #expect(s.takesAhead)
         #expect(Self.names(s.submit(Self.entry(2, session: 2, .final), allowed: 1)) == ["abort w0"])
-        #expect(!s.isIdle(allowed: 1))
+        #expect(!s.takesAhead, "a final waits: a final ahead now would go before no one, so none is asked for")
         // A second final does not abort the same partial twice.
         #expect(s.submit(Self.entry(3, session: 3, .final), allowed: 1).isEmpty)
         let (ending, next) = s.finished(worker: 0, allowed: 1)
@@ -100,6 +100,34 @@ struct WhisperScheduleTests {
         #expect(s.runningCount == 0 && s.finals.isEmpty)
     }
 
+    @Test("finals ahead: after finals, before partials, on every thread; promoted to a final when the utterance ends; cancelled when speech resumes")
+    func finalsAhead() {
+        var s = Self.pool(1)
+        #expect(Self.names(s.submit(Self.entry(1, session: 1, .final), allowed: 1)) == ["start w0 final-1 t1"])
+        #expect(s.submit(Self.entry(2, session: 2, .partial), allowed: 1).isEmpty)
+        #expect(s.submit(Self.entry(3, session: 3, .ahead), allowed: 1).isEmpty)
+        #expect(s.submit(Self.entry(4, session: 4, .ahead), allowed: 1).isEmpty)
+        #expect(s.submit(Self.entry(5, session: 5, .final), allowed: 1).isEmpty)
+        // Session 4's utterance ends: its final ahead waits as a final, after the final that waited before it.
+        #expect(s.promote(id: 4, allowed: 1).isEmpty)
+        #expect(s.finals.map(\.id) == [5, 4] && s.aheads.map(\.id) == [3])
+        #expect(s.promote(id: 4, allowed: 1).isEmpty && s.promote(id: 99, allowed: 1).isEmpty, "promoting twice or an unknown request changes nothing")
+        #expect(Self.names(s.finished(worker: 0, allowed: 1).actions) == ["start w0 final-5 t1"])
+        #expect(Self.names(s.finished(worker: 0, allowed: 1).actions) == ["start w0 ahead-4 t1"], "the promoted one, as a final")
+        #expect(Self.names(s.finished(worker: 0, allowed: 1).actions) == ["start w0 ahead-3 t1"])
+        #expect(Self.names(s.finished(worker: 0, allowed: 1).actions) == ["start w0 partial-2 t1"])
+        // Speech resumed: a waiting final ahead is answered as cancelled, a running one aborted.
+        var t = Self.pool(1)
+        _ = t.submit(Self.entry(1, session: 1, .ahead), allowed: 0)
+        _ = t.submit(Self.entry(2, session: 2, .ahead), allowed: 0)
+        #expect(Self.names(t.cancel(id: 2)) == ["cancelled ahead-2"])
+        #expect(Self.names(t.cancel(id: 1)) == ["abort w0"])
+        // A final ahead waiting for a thread makes a running partial give way, as a final does.
+        var u = Self.pool(1)
+        _ = u.submit(Self.entry(1, session: 1, .partial), allowed: 1)
+        #expect(Self.names(u.submit(Self.entry(2, session: 2, .ahead), allowed: 1)) == ["abort w0"])
+    }
+
     @Test("threads per decoding: what the request asks, at most the free cores left, at least one")
     func threadsPerDecoding() {
         var s = Self.pool(2)
@@ -110,11 +138,11 @@ struct WhisperScheduleTests {
     @Test("threads added later take what waits; idle and free-thread answers follow the state")
     func addedWorkersStartWaitingRequests() {
         var s = Schedule()
-        #expect(!s.isIdle(allowed: 2) && !s.hasFreeThread(allowed: 2), "no thread yet")
+        #expect(!s.hasFreeThread(allowed: 2), "no thread yet")
         #expect(s.submit(Self.entry(1, session: 1, .final), allowed: 2).isEmpty)
         #expect(Self.names(s.addWorkers(upTo: 2, allowed: 2)) == ["start w0 final-1 t1"])
         #expect(s.workers == 2)
-        #expect(s.isIdle(allowed: 2) && s.hasFreeThread(allowed: 2))
+        #expect(s.takesAhead && s.hasFreeThread(allowed: 2))
         #expect(!s.hasFreeThread(allowed: 1), "the free core is the running final's")
     }
 
@@ -122,7 +150,7 @@ struct WhisperScheduleTests {
     /// once, a thread runs one request at a time, and nothing waits while a thread is free for it.
     @Test("over every order of submissions, cancellations and endings, each request is answered once and no thread idles while a final waits")
     func interleavings() {
-        enum Event: CaseIterable { case final, partial, partialSameSession, cancelFirst, finish0, finish1, budgetDrops }
+        enum Event: CaseIterable { case final, ahead, partial, partialSameSession, promoteLast, cancelFirst, finish0, finish1, budgetDrops }
         func run(_ events: [Event]) {
             var s = Self.pool(2)
             var allowed = 2
@@ -141,19 +169,22 @@ struct WhisperScheduleTests {
             }
             for event in events {
                 switch event {
-                case .final, .partial, .partialSameSession:
+                case .final, .ahead, .partial, .partialSameSession:
                     nextID += 1
                     submitted.insert(nextID)
                     let session: UInt64 = event == .partialSameSession ? 1 : nextID + 100
-                    apply(s.submit(Self.entry(nextID, session: session, event == .final ? .final : .partial), allowed: allowed))
+                    let priority: Schedule.Priority = event == .final ? .final : event == .ahead ? .ahead : .partial
+                    apply(s.submit(Self.entry(nextID, session: session, priority), allowed: allowed))
+                case .promoteLast: apply(s.promote(id: nextID, allowed: allowed))
                 case .cancelFirst: apply(s.cancel(id: 1))
                 case .finish0: apply(s.finished(worker: 0, allowed: allowed).actions)
                 case .finish1: apply(s.finished(worker: 1, allowed: allowed).actions)
                 case .budgetDrops: allowed = 1
                 }
                 #expect(s.runningCount <= 2)
-                if !s.finals.isEmpty { #expect(s.runningCount == 2, "\(events): a final waits beside a free thread") }
-                let waiting = Set(s.finals.map(\.id) + s.partials.map(\.id))
+                if !s.finals.isEmpty || !s.aheads.isEmpty { #expect(s.runningCount == 2, "\(events): a final waits beside a free thread") }
+                if !s.partials.isEmpty && s.runningCount < 2 { #expect(s.runningCount >= allowed, "\(events): a partial waits beside a free core") }
+                let waiting = Set(s.finals.map(\.id) + s.aheads.map(\.id) + s.partials.map(\.id))
                 #expect(waiting.isDisjoint(with: started) && waiting.isDisjoint(with: answered), "\(events)")
                 #expect(waiting.union(started).union(answered) == submitted, "\(events): a request was lost")
             }
