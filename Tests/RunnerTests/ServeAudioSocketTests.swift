@@ -186,4 +186,67 @@ struct ServeAudioSocketTests {
         let all = try #require(whole.first { $0.hasPrefix("answer type=0x10") }, "\(whole)")
         #expect((Self.field(all, "audio_s") ?? 0) > 2.9, "\(all)")
     }
+
+    @Test("back-pressure: a caller sending 10 s of 8 kHz audio at 20x real time into a graph that takes it at 1x — the connection stops reading, what waits stays near 2 s of audio, every sample arrives")
+    func floodIsHeldBackNotDropped() throws {
+        let dir = tempDir()
+        let out = dir.appendingPathComponent("out.wav").path
+        let graph = dir.appendingPathComponent("slow.yaml")
+        try """
+            version: 1
+            nodes:
+              mic: { type: app-source, rate: 8000, channels: 1, capacity: 10 }
+              out: { type: wav-sink, path: "\(out)", realtime: true }
+            links:
+              - mic -> out
+            """.write(to: graph, atomically: true, encoding: .utf8)
+        let audioPort = ServeTests.freePort()
+        // The call ends at max_duration_s, after the graph has taken the 10 s: what it holds is finished, not stopped.
+        let (server, port) = try ServeTests.start(extra: """
+              - name: slow
+                protocol: audiosocket
+                port: \(audioPort)
+                graph: \(graph.path)
+                max_duration_s: 15
+            """, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        // 10 s of numbered samples (160 kB) in 20 ms audio messages at 20x; then the file is compared.
+        let r = try ServeTests.voicepipeLike("/usr/bin/python3", ["-c", """
+            import socket, struct, time, uuid, wave
+            sock = socket.create_connection(("127.0.0.1", \(audioPort)), timeout=60)
+            def message(kind, payload=b""): return struct.pack(">BH", kind, len(payload)) + payload
+            sock.sendall(message(0x01, uuid.uuid4().bytes))
+            rate, seconds = 8000, 10
+            n = rate * seconds
+            audio = struct.pack("<%dh" % n, *[(i * 7) % 65536 - 32768 for i in range(n)])
+            step = rate * 2 * 20 // 1000
+            start = time.monotonic()
+            for i in range(0, len(audio), step):
+                sock.sendall(message(0x10, audio[i:i + step]))
+                delay = start + (i + step) / (rate * 2) / 20 - time.monotonic()
+                if delay > 0: time.sleep(delay)
+            print("sent", len(audio), "in", round(time.monotonic() - start, 2), flush=True)
+            got = b""
+            while True:
+                b = sock.recv(65536)
+                if not b: break
+                got += b
+            print("closed", got.hex(), flush=True)
+            with wave.open("\(out)") as w:
+                frames = w.readframes(w.getnframes())
+                print("file", w.getframerate(), w.getnchannels(), len(frames), "same", frames == audio, flush=True)
+            """], timeout: 90)
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("closed 000000"), "\(r.stdout)")     // voicepipe's hangup
+        #expect(r.stdout.contains("file 8000 1 160000 same True"), "\(r.stdout)")
+        let metrics = try ServeTests.http(port, "/metrics").body
+        func value(_ name: String) -> Double? {
+            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+        }
+        // 2 s of 8 kHz mono is 32,000 bytes; one read of the socket may bring up to 4 x 64 KiB more.
+        let peak = try #require(value("voicepipe_input_waiting_peak_bytes{route=\"slow\"}"), "\(metrics)")
+        #expect(peak >= 32_000 && peak <= 32_000 + 4 * 65_536, "peak \(peak) bytes waiting")
+        #expect((value("voicepipe_input_paused_total{route=\"slow\"}") ?? 0) >= 1, "\(metrics)")
+        #expect(metrics.contains("voicepipe_sessions_total{route=\"slow\",outcome=\"limit\"} 1"), "\(metrics)")
+    }
 }

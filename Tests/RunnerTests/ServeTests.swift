@@ -577,6 +577,66 @@ struct ServeTests {
         #expect(metrics.contains("voicepipe_sessions_total{route=\"slow\",outcome=\"completed\"} 1"), "\(metrics)")
     }
 
+    @Test("back-pressure on a Wyoming route: 10 s of 16 kHz audio-chunks at 20x real time into a graph that takes it at 1x — the connection stops reading, what waits stays near 2 s of audio, every sample arrives")
+    func wyomingFloodIsHeldBackNotDropped() throws {
+        let dir = tempDir()
+        let out = dir.appendingPathComponent("out.wav").path
+        let graph = try writeGraph("""
+            version: 1
+            nodes:
+              mic: { type: app-source, rate: 16000, channels: 1, capacity: 10 }
+              out: { type: wav-sink, path: "\(out)", realtime: true }
+            links:
+              - mic -> out
+            """, in: dir, name: "slow.yaml")
+        let wyomingPort = Self.freePort()
+        let (server, port) = try Self.start(extra: """
+              - name: slow
+                protocol: wyoming
+                port: \(wyomingPort)
+                graph: \(graph)
+            """, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        // 10 s of numbered samples (320 kB) in 40 ms chunks at 20x, audio-stop, the transcript; then the file is compared.
+        let r = try Self.voicepipeLike("/usr/bin/python3", ["-c", """
+            import socket, struct, sys, time, wave
+            sys.path.insert(0, "\(packageRoot.appendingPathComponent("Tests/Fixtures").path)")
+            import wyoming_raw_client as wy
+            sock = socket.create_connection(("127.0.0.1", \(wyomingPort)), timeout=10)
+            sock.settimeout(None)
+            spec = {"rate": 16000, "width": 2, "channels": 1}
+            wy.send(sock, "audio-start", spec)
+            rate, seconds = 16000, 10
+            n = rate * seconds
+            audio = struct.pack("<%dh" % n, *[(i * 7) % 65536 - 32768 for i in range(n)])
+            step = rate * 2 * 40 // 1000
+            start = time.monotonic()
+            for i in range(0, len(audio), step):
+                wy.send(sock, "audio-chunk", spec, audio[i:i + step])
+                delay = start + (i + step) / (rate * 2) / 20 - time.monotonic()
+                if delay > 0: time.sleep(delay)
+            print("sent", len(audio), "in", round(time.monotonic() - start, 2), flush=True)
+            wy.send(sock, "audio-stop")
+            kind, data = wy.Reader(sock).event(time.monotonic() + 60)
+            print("event", kind, flush=True)
+            with wave.open("\(out)") as w:
+                frames = w.readframes(w.getnframes())
+                print("file", w.getframerate(), w.getnchannels(), len(frames), "same", frames == audio, flush=True)
+            """], timeout: 90)
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("event transcript"), "\(r.stdout)")
+        #expect(r.stdout.contains("file 16000 1 320000 same True"), "\(r.stdout)")
+        let metrics = try Self.http(port, "/metrics").body
+        func value(_ name: String) -> Double? {
+            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+        }
+        // 2 s of 16 kHz mono is 64,000 bytes; one read of the socket may bring up to 4 x 64 KiB more.
+        let peak = try #require(value("voicepipe_input_waiting_peak_bytes{route=\"slow\"}"), "\(metrics)")
+        #expect(peak >= 64_000 && peak <= 64_000 + 4 * 65_536, "peak \(peak) bytes waiting")
+        #expect((value("voicepipe_input_paused_total{route=\"slow\"}") ?? 0) >= 1, "\(metrics)")
+        #expect(metrics.contains("voicepipe_sessions_total{route=\"slow\",outcome=\"completed\"} 1"), "\(metrics)")
+    }
+
     @Test("a bad configuration is named with file:line:column, exit 2; a template without app-source is refused")
     func badConfiguration() throws {
         let dir = tempDir()

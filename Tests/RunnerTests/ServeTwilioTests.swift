@@ -221,4 +221,68 @@ struct ServeTwilioTests {
         #expect(t.split(separator: "\n").first { $0.hasPrefix("media ") }.flatMap { Self.field(String($0), "rms") } ?? 99 < 10, "\(t)")
         #expect(a.hasSuffix("hangup\nclosed\n") && a.contains("answer type=0x10"), "\(a)")
     }
+
+    @Test("back-pressure: a carrier sending 10 s of µ-law at 20x real time into a graph that takes it at 1x — the connection stops reading, what waits stays near 2 s of media messages, every sample arrives")
+    func floodIsHeldBackNotDropped() throws {
+        let dir = tempDir()
+        let out = dir.appendingPathComponent("out.wav").path
+        let graph = dir.appendingPathComponent("slow.yaml")
+        try """
+            version: 1
+            nodes:
+              mic: { type: app-source, rate: 8000, channels: 1, capacity: 10 }
+              out: { type: wav-sink, path: "\(out)", realtime: true }
+            links:
+              - mic -> out
+            """.write(to: graph, atomically: true, encoding: .utf8)
+        // The call ends at max_duration_s, after the graph has taken the 10 s: what it holds is finished, not stopped.
+        let (server, port) = try ServeTests.start(extra: """
+              - name: slow
+                protocol: twilio
+                path: /slow
+                graph: \(graph.path)
+                max_duration_s: 15
+            """, in: dir)
+        defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
+        // 10 s of µ-law (every byte value, 80 kB) in 20 ms media messages at 20x; then the file is compared.
+        let r = try ServeTests.voicepipeLike("/usr/bin/python3", ["-c", """
+            import asyncio, base64, json, struct, sys, time, wave
+            sys.path.insert(0, "\(packageRoot.appendingPathComponent("Tests/Fixtures").path)")
+            import twilio_client as t
+            async def main():
+                ws = await t.WebSocket.connect("ws://127.0.0.1:\(port)/slow")
+                await ws.send_text(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+                await ws.send_text(json.dumps({"event": "start", "streamSid": t.STREAM, "start": {"streamSid": t.STREAM, "callSid": t.CALL,
+                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
+                seconds = 10
+                ulaw = bytes((i * 7) % 256 for i in range(8000 * seconds))
+                start = time.monotonic()
+                for i in range(0, len(ulaw), 160):
+                    await ws.send_text(json.dumps({"event": "media", "streamSid": t.STREAM, "sequenceNumber": str(i // 160 + 3),
+                        "media": {"track": "inbound", "chunk": str(i // 160 + 1), "timestamp": str(i // 8),
+                                  "payload": base64.b64encode(ulaw[i:i + 160]).decode()}}))
+                    delay = start + (i + 160) / 8000 / 20 - time.monotonic()
+                    if delay > 0: await asyncio.sleep(delay)
+                print("sent", len(ulaw), "in", round(time.monotonic() - start, 2), flush=True)
+                while (await asyncio.wait_for(ws.receive(), 60)) is not None: pass
+                print("closed", ws.close_code, flush=True)
+                expected = struct.pack("<%dh" % len(ulaw), *[t.unulaw(b) for b in ulaw])
+                with wave.open("\(out)") as w:
+                    got = w.readframes(w.getnframes())
+                    print("file", w.getframerate(), w.getnchannels(), len(got), "same", got == expected, flush=True)
+            asyncio.run(main())
+            """], timeout: 90)
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("closed 1000"), "\(r.stdout)")
+        #expect(r.stdout.contains("file 8000 1 160000 same True"), "\(r.stdout)")
+        let metrics = try ServeTests.http(port, "/metrics").body
+        func value(_ name: String) -> Double? {
+            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+        }
+        // The limit is 40,000 bytes of messages (2 s of 20 ms media messages); one read of the socket may bring up to 4 x 64 KiB more.
+        let peak = try #require(value("voicepipe_input_waiting_peak_bytes{route=\"slow\"}"), "\(metrics)")
+        #expect(peak >= 40_000 && peak <= 40_000 + 4 * 65_536, "peak \(peak) bytes waiting")
+        #expect((value("voicepipe_input_paused_total{route=\"slow\"}") ?? 0) >= 1, "\(metrics)")
+        #expect(metrics.contains("voicepipe_sessions_total{route=\"slow\",outcome=\"limit\"} 1"), "\(metrics)")
+    }
 }

@@ -246,6 +246,15 @@ struct SessionInboxTests {
         #expect(m.reading && m.pauses == 1)
     }
 
+    @Test func statisticsAreTakenOnce() {
+        var m = M(limitBytes: 100, limitMessages: 10)
+        for i in 0..<3 { _ = m.push(i, bytes: 60) }
+        _ = m.next()
+        #expect(m.takeStatistics() == (pauses: 1, peakBytes: 180))
+        // The next ones count from what waits now (120 bytes), the pause already counted.
+        #expect(m.takeStatistics() == (pauses: 0, peakBytes: 120))
+    }
+
     @Test func manySmallMessagesCountToo() {
         var m = M(limitBytes: 1_000_000, limitMessages: 10)
         var paused = false

@@ -168,12 +168,15 @@ private final class AudioSocketHandler: ChannelInboundHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) { context.close(promise: nil) }
 }
 
-/// One call: its graph, the caller's audio in, the answer audio out.
+/// One call: its graph, the caller's audio in, the answer audio out. What the caller sends waits in the
+/// call's ``SessionInbox`` (about ``ServeSession/inboxSeconds`` of audio at the graph's rate, at most): a
+/// caller that sends faster than the graph takes finds the connection no longer reading, and nothing is dropped.
 final class AudioSocketCall: TelephoneCall {
     let server: ServeServer
     let route: ServeConfiguration.Route
     let channel: any Channel
-    private let inbox: AsyncStream<Input>.Continuation
+    /// The caller's messages and the call's own signals, in order; bounded by back-pressure.
+    private let inbox: SessionInbox<Input>
     private let opened = ContinuousClock.now
     private let running = LockedValue<LiveSession?>(nil)
     var live: LiveSession? { running.withLock { $0 } }
@@ -206,25 +209,26 @@ final class AudioSocketCall: TelephoneCall {
         self.server = server
         self.route = route
         self.channel = channel
-        let (stream, continuation) = AsyncStream.makeStream(of: Input.self)
-        inbox = continuation
+        // The caller's audio is mono, converted to the app-source's rate.
+        inbox = SessionInbox(limitBytes: ServeSession.inboxBytes(AudioFormat(sampleRate: route.format.sampleRate, channels: 1)),
+                             limitMessages: ServeSession.inboxMessages, channel: channel)
         server.addCall(self)
-        Task { await self.run(stream) }
+        Task { await self.run() }
     }
 
     func received(_ m: AudioSocket.Message) {
         outbound.withLock { $0.lastInput = .now }
-        inbox.yield(.message(m))
+        if case .audio(_, let bytes) = m { inbox.push(.message(m), bytes: bytes.count) } else { inbox.push(.message(m), bytes: 0) }
     }
-    func protocolError(_ message: String) { inbox.yield(.malformed(message)) }
+    func protocolError(_ message: String) { inbox.push(.malformed(message), bytes: 0) }
     func closed(truncated: Int) {
         sent.notify()
-        inbox.yield(.closed(truncated: truncated))
+        inbox.push(.closed(truncated: truncated), bytes: 0)
         inbox.finish()
         // The caller is gone: the graph stops at once, even if a push into it is waiting for room.
         live?.pipeline.stop()
     }
-    func endForShutdown() { inbox.yield(.drain) }
+    func endForShutdown() { inbox.push(.drain, bytes: 0) }
 
     private var logger: Logger { server.logger }
 
@@ -240,14 +244,16 @@ final class AudioSocketCall: TelephoneCall {
         channel.writeAndFlush(channel.allocator.buffer(bytes: bytes)).whenComplete { _ in channel.close(promise: nil) }
     }
 
-    private func run(_ inputs: AsyncStream<Input>) async {
-        defer { server.removeCall(self) }
-        var iterator = inputs.makeAsyncIterator()
+    private func run() async {
+        defer {
+            server.metrics.input(route: route.name, inbox.takeStatistics())
+            server.removeCall(self)
+        }
         // The first message names the call.
         let watchdog = Task { [self] in await watch() }
         defer { watchdog.cancel() }
         var id: [UInt8]?
-        first: while let input = await iterator.next() {
+        first: while let input = await inbox.next() {
             switch input {
             case .message(.uuid(let bytes)): id = bytes; break first
             case .closed(let truncated):
@@ -313,7 +319,7 @@ final class AudioSocketCall: TelephoneCall {
         }
         let pacing = route.answer == nil ? nil : Task { [self] in await pace() }
         let running = Task { [self] in
-            defer { inbox.yield(.graphEnded) }
+            defer { inbox.push(.graphEnded, bytes: 0) }
             do { try await pipeline.run(); return nil as (any Error)? } catch { return error }
         }
         var bytes = 0
@@ -321,7 +327,7 @@ final class AudioSocketCall: TelephoneCall {
         var converter: (rate: Int, converter: AudioConverter?)?
         var outcome = "completed"
         var stopAtOnce = true
-        loop: while let input = await iterator.next() {
+        loop: while let input = await inbox.next() {
             switch input {
             case .message(.audio(let rate, var payload)):
                 bytes += payload.count
@@ -400,6 +406,7 @@ final class AudioSocketCall: TelephoneCall {
         _ = await pacing?.value
         if failure != nil && outcome == "completed" { outcome = "error" }
         let drops = pipeline.edgeStats.reduce(0) { $0 + Int($1.dropped) }
+        server.metrics.input(route: route.name, inbox.takeStatistics())
         server.metrics.sessionEnded(route: route.name, outcome: outcome, seconds: ServeSession.seconds(ContinuousClock.now - opened), drops: drops,
                                     mediaAgeP99Ms: pipeline.sinkAges.map(\.age.p99Ms).max())
         await bus.finished(outcome: outcome, audioBytes: bytes, drops: drops)
@@ -475,16 +482,21 @@ final class AudioSocketCall: TelephoneCall {
         }
     }
 
-    /// Yields `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`: sleeps
+    /// Pushes `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`: sleeps
     /// until the nearer of the two deadlines (the idle one moves with each message), then looks again.
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
         let idle = Duration.milliseconds(route.idleTimeoutMs)
         while !Task.isCancelled {
             let now = ContinuousClock.now
-            if now >= limit { inbox.yield(.maxDuration); return }
+            if now >= limit { inbox.push(.maxDuration, bytes: 0); return }
             let last = outbound.withLock { $0.lastInput }
-            if now - last >= idle { inbox.yield(.idle); return }
+            if now - last >= idle {
+                if inbox.reading { inbox.push(.idle, bytes: 0); return }
+                // Reading is held back (the graph is behind the caller): the caller is not idle.
+                outbound.withLock { $0.lastInput = now }
+                continue
+            }
             try? await Task.sleep(until: min(limit, last + idle), clock: .continuous)
         }
     }

@@ -80,6 +80,10 @@ final class ServeMetrics: Sendable {
         }
     }
 
+    func input(route: String, _ statistics: (pauses: Int, peakBytes: Int)) {
+        input(route: route, pauses: statistics.pauses, peakBytes: statistics.peakBytes)
+    }
+
     func firstResult(route: String, seconds: Double) {
         state.withLock { s in
             s.firstResult[route, default: []].append(seconds)

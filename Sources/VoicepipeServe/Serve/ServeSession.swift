@@ -77,7 +77,8 @@ final class ServeSession: Sendable {
     /// At the end of a session, how long the client may take nothing before the answer audio it has not
     /// taken is dropped and the connection closed.
     static let stallLimit: Duration = .seconds(5)
-    /// How much of the client's audio may wait for the graph before the connection stops reading.
+    /// How much of the client's audio may wait for the graph before the connection stops reading (the
+    /// carriers' calls and Wyoming's connections too).
     static let inboxSeconds = 2
     /// How many messages may wait (many tiny ones weigh more than their bytes).
     static let inboxMessages = 500
@@ -90,14 +91,12 @@ final class ServeSession: Sendable {
         self.channel = channel
         state = LockedValue(State(lifecycle: SessionLifecycle(answers: route.answer != nil), wire: route.kind.sessionProtocol(),
                                   outbox: SessionOutbox(capacityMs: route.answer?.bufferMs ?? 20_000)))
-        let limit = Self.inboxSeconds * route.format.sampleRate * route.format.channels * 2
-        inbox = SessionInbox(limitBytes: limit, limitMessages: Self.inboxMessages) { [channel] inbox in
-            // Applied on the event loop, to the value the inbox wants then (so late or reordered calls end right).
-            channel.eventLoop.execute {
-                _ = channel.setOption(ChannelOptions.autoRead, value: inbox.reading)
-            }
-        }
+        let limit = Self.inboxBytes(route.format)
+        inbox = SessionInbox(limitBytes: limit, limitMessages: Self.inboxMessages, channel: channel)
     }
+
+    /// ``inboxSeconds`` of 16-bit audio in `format`.
+    static func inboxBytes(_ format: AudioFormat) -> Int { inboxSeconds * format.sampleRate * format.channels * 2 }
 
     private var logger: Logger { server.logger }
 
@@ -189,7 +188,7 @@ final class ServeSession: Sendable {
         let drops = pipeline?.edgeStats.reduce(0) { $0 + Int($1.dropped) } ?? 0
         let age = pipeline?.sinkAges.map(\.age.p99Ms).max()
         let seconds = pipeline == nil ? 0 : Self.seconds(ContinuousClock.now - opened)
-        server.metrics.input(route: route.name, pauses: inbox.pauses, peakBytes: inbox.peakBytes)
+        server.metrics.input(route: route.name, inbox.takeStatistics())
         server.metrics.sessionEnded(route: route.name, outcome: outcome.rawValue, seconds: seconds, drops: drops, mediaAgeP99Ms: age)
         await bus.finished(outcome: outcome.rawValue, audioBytes: bytes, drops: drops)
     }

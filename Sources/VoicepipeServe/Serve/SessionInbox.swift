@@ -1,3 +1,4 @@
+import NIOCore
 import PipelineCore
 
 /// The rules of ``SessionInbox`` with no lock and no continuation of its own: what a connection has
@@ -130,11 +131,23 @@ struct SessionInboxStateMachine<Element, Consumer> {
         defer { consumer = nil }
         return consumer
     }
+
+    /// What the metrics count since the last call: the times reading stopped, and the most bytes that
+    /// waited at once (the next call's peak starts from what waits now).
+    mutating func takeStatistics() -> (pauses: Int, peakBytes: Int) {
+        defer {
+            pauses = 0
+            peakBytes = bytes
+        }
+        return (pauses, peakBytes)
+    }
 }
 
-/// The messages a WebSocket connection has received for its session, taken in order by the session's
-/// feed: ``SessionInboxStateMachine`` behind a lock, with the continuation of the waiting consumer and
-/// the connection's reading switched by `setReading` (on or off, called outside the lock).
+/// The messages a connection (a WebSocket session, a Twilio or AudioSocket call, a Wyoming connection) has
+/// received, taken in order by the task that feeds its graph: ``SessionInboxStateMachine`` behind a lock,
+/// with the continuation of the waiting consumer and the connection's reading switched by `setReading`
+/// (on or off, called outside the lock). Signals of the server's own (a drain, a timeout) may be pushed
+/// too, with no bytes: they come in order after what the connection sent before them.
 final class SessionInbox<Element: Sendable>: Sendable {
     private typealias Machine = SessionInboxStateMachine<Element, CheckedContinuation<Element?, Never>>
     private let state: LockedValue<Machine>
@@ -147,11 +160,21 @@ final class SessionInbox<Element: Sendable>: Sendable {
         self.setReading = setReading
     }
 
+    /// An inbox that stops `channel` reading from its socket (its `autoRead`) while too much waits.
+    convenience init(limitBytes: Int, limitMessages: Int, channel: any Channel) {
+        self.init(limitBytes: limitBytes, limitMessages: limitMessages) { [channel] inbox in
+            // Applied on the event loop, to the value the inbox wants then (so late or reordered calls end right).
+            channel.eventLoop.execute {
+                _ = channel.setOption(ChannelOptions.autoRead, value: inbox.reading)
+            }
+        }
+    }
+
     /// Whether the connection should read from its socket now.
     var reading: Bool { state.withLock { $0.reading } }
-    var peakBytes: Int { state.withLock { $0.peakBytes } }
-    var pauses: Int { state.withLock { $0.pauses } }
-    var waiting: (bytes: Int, messages: Int) { state.withLock { ($0.bytes, $0.count) } }
+
+    /// The times reading stopped and the most bytes that waited, since the last call (for the metrics).
+    func takeStatistics() -> (pauses: Int, peakBytes: Int) { state.withLock { $0.takeStatistics() } }
 
     func push(_ element: Element, bytes: Int) {
         perform(state.withLock { $0.push(element, bytes: bytes) })

@@ -18,11 +18,18 @@ import PipelineCore
 /// has played it; and `clear` when the graph interrupts its answer (barge-in), so the carrier drops what
 /// it still holds. A message that is not JSON, a binary message, `media` before `start`, or a `start`
 /// with another format closes the connection with a WebSocket close code and reason, counted.
+/// What the carrier sends waits in the call's ``SessionInbox`` (``inboxBytes``, about two seconds of media
+/// messages, at most): a carrier that sends faster than the graph takes finds the connection no longer
+/// reading, and nothing is dropped.
 final class TwilioCall: TelephoneCall {
     let server: ServeServer
     let route: ServeConfiguration.Route
     let channel: any Channel
-    private let inbox: AsyncStream<Input>.Continuation
+    /// The carrier's messages and the call's own signals, in order; bounded by back-pressure.
+    private let inbox: SessionInbox<Input>
+    /// How many bytes of messages may wait for the graph: ``ServeSession/inboxSeconds`` of Twilio's 20 ms
+    /// media messages (160 bytes of µ-law, some 400 bytes of JSON each).
+    static let inboxBytes = ServeSession.inboxSeconds * 50 * 400
     private let opened = ContinuousClock.now
     private let running = LockedValue<LiveSession?>(nil)
     var live: LiveSession? { running.withLock { $0 } }
@@ -36,6 +43,11 @@ final class TwilioCall: TelephoneCall {
         case maxDuration
         case drain
         case graphEnded
+
+        /// What it weighs in the inbox.
+        var bytes: Int {
+            if case .text(let t) = self { t.utf8.count } else { 0 }
+        }
     }
 
     private struct Outbound {
@@ -58,17 +70,16 @@ final class TwilioCall: TelephoneCall {
         self.server = server
         self.route = route
         self.channel = channel
-        let (stream, continuation) = AsyncStream.makeStream(of: Input.self)
-        inbox = continuation
+        inbox = SessionInbox(limitBytes: Self.inboxBytes, limitMessages: ServeSession.inboxMessages, channel: channel)
         server.addCall(self)
-        Task { await self.run(stream) }
+        Task { await self.run() }
     }
 
-    func endForShutdown() { inbox.yield(.drain) }
+    func endForShutdown() { inbox.push(.drain, bytes: 0) }
 
     func received(_ input: Input) {
         outbound.withLock { $0.lastInput = .now }
-        inbox.yield(input)
+        inbox.push(input, bytes: input.bytes)
         if case .closed = input {
             sent.notify()
             inbox.finish()
@@ -112,14 +123,16 @@ final class TwilioCall: TelephoneCall {
         return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
     }
 
-    private func run(_ inputs: AsyncStream<Input>) async {
-        defer { server.removeCall(self) }
-        var iterator = inputs.makeAsyncIterator()
+    private func run() async {
+        defer {
+            server.metrics.input(route: route.name, inbox.takeStatistics())
+            server.removeCall(self)
+        }
         let watchdog = Task { [self] in await watch() }
         defer { watchdog.cancel() }
         // Up to `start`: the stream's identity and format.
         var start: [String: Any]?
-        first: while let input = await iterator.next() {
+        first: while let input = await inbox.next() {
             switch input {
             case .text(let text):
                 guard let m = Self.parse(text), let event = m["event"] as? String else {
@@ -189,13 +202,13 @@ final class TwilioCall: TelephoneCall {
         let answering = route.answer.flatMap { pipeline.appSink($0.sinkID) }.map { sink in Task { [self] in await answer(sink) } }
         let pacing = route.answer == nil ? nil : Task { [self] in await pace() }
         let running = Task { [self] in
-            defer { inbox.yield(.graphEnded) }
+            defer { inbox.push(.graphEnded, bytes: 0) }
             do { try await pipeline.run(); return nil as (any Error)? } catch { return error }
         }
         var bytes = 0
         var outcome = "completed"
         var stopAtOnce = true
-        loop: while let input = await iterator.next() {
+        loop: while let input = await inbox.next() {
             switch input {
             case .text(let text):
                 guard let m = Self.parse(text), let event = m["event"] as? String else {
@@ -297,6 +310,7 @@ final class TwilioCall: TelephoneCall {
         _ = await pacing?.value
         if failure != nil && outcome == "completed" { outcome = "error" }
         let drops = pipeline.edgeStats.reduce(0) { $0 + Int($1.dropped) }
+        server.metrics.input(route: route.name, inbox.takeStatistics())
         server.metrics.sessionEnded(route: route.name, outcome: outcome, seconds: ServeSession.seconds(ContinuousClock.now - opened), drops: drops,
                                     mediaAgeP99Ms: pipeline.sinkAges.map(\.age.p99Ms).max())
         await bus.finished(outcome: outcome, audioBytes: bytes, drops: drops)
@@ -385,16 +399,21 @@ final class TwilioCall: TelephoneCall {
         }
     }
 
-    /// Yields `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`: sleeps
+    /// Pushes `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`: sleeps
     /// until the nearer of the two deadlines (the idle one moves with each message), then looks again.
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
         let idle = Duration.milliseconds(route.idleTimeoutMs)
         while !Task.isCancelled {
             let now = ContinuousClock.now
-            if now >= limit { inbox.yield(.maxDuration); return }
+            if now >= limit { inbox.push(.maxDuration, bytes: 0); return }
             let last = outbound.withLock { $0.lastInput }
-            if now - last >= idle { inbox.yield(.idle); return }
+            if now - last >= idle {
+                if inbox.reading { inbox.push(.idle, bytes: 0); return }
+                // Reading is held back (the graph is behind the carrier): the carrier is not idle.
+                outbound.withLock { $0.lastInput = now }
+                continue
+            }
             try? await Task.sleep(until: min(limit, last + idle), clock: .continuous)
         }
     }

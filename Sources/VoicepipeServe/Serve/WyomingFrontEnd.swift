@@ -85,12 +85,16 @@ private final class WyomingConnectionHandler: ChannelInboundHandler {
 ///
 /// A transcription that receives nothing for the route's `idle_timeout_ms` after `audio-start` is
 /// ended with an `idle` error and the connection closed; one still open when a drain's grace period
-/// ends is finished as if `audio-stop` had come, so its client gets its transcript.
+/// ends is finished as if `audio-stop` had come, so its client gets its transcript. What the client sends
+/// waits in the connection's ``SessionInbox`` (about ``ServeSession/inboxSeconds`` of audio at the graph's
+/// rate, at most): a client that sends faster than the graph takes finds the connection no longer
+/// reading, and nothing is dropped.
 final class WyomingServeConnection: Sendable {
     let server: ServeServer
     let route: ServeConfiguration.Route
     let channel: any Channel
-    private let inbox: AsyncStream<Input>.Continuation
+    /// The client's events and the connection's own signals, in order; bounded by back-pressure.
+    private let inbox: SessionInbox<Input>
     /// When the connection last received an event, and whether a transcription is open.
     private let activity = LockedValue<(last: ContinuousClock.Instant, open: Bool)>((.now, false))
     /// Told when a transcription opens (the idle watch waits for one).
@@ -109,22 +113,21 @@ final class WyomingServeConnection: Sendable {
         self.server = server
         self.route = route
         self.channel = channel
-        let (stream, continuation) = AsyncStream.makeStream(of: Input.self)
-        inbox = continuation
+        inbox = SessionInbox(limitBytes: ServeSession.inboxBytes(route.format), limitMessages: ServeSession.inboxMessages, channel: channel)
         server.addWyomingConnection(self)
-        Task { await self.run(stream) }
+        Task { await self.run() }
     }
 
     func received(_ event: WyomingEvent) {
         activity.withLock { $0.last = .now }
-        inbox.yield(.event(event))
+        inbox.push(.event(event), bytes: event.data.count + event.payload.count)
     }
     func closed() { inbox.finish() }
 
     /// The drain's grace period is over: an open transcription ends with its transcript, then the connection closes.
-    func endForShutdown() { inbox.yield(.drain) }
+    func endForShutdown() { inbox.push(.drain, bytes: 0) }
 
-    /// Yields `.idle` when an open transcription has received nothing for the route's idle timeout: waits
+    /// Pushes `.idle` when an open transcription has received nothing for the route's idle timeout: waits
     /// for a transcription to open, then sleeps until its idle deadline (which moves with each event).
     private func watchIdle() async {
         let limit = Duration.milliseconds(route.idleTimeoutMs)
@@ -135,12 +138,17 @@ final class WyomingServeConnection: Sendable {
                 continue
             }
             if ContinuousClock.now - last >= limit {
+                if !inbox.reading {
+                    // Reading is held back (the graph is behind the client): the client is not idle.
+                    activity.withLock { a in if a.last == last { a.last = .now } }
+                    continue
+                }
                 let idle = activity.withLock { a -> Bool in
                     guard a.open && a.last == last else { return false }
                     a.open = false
                     return true
                 }
-                if idle { inbox.yield(.idle) }
+                if idle { inbox.push(.idle, bytes: 0) }
                 continue
             }
             try? await Task.sleep(until: last + limit, clock: .continuous)
@@ -205,7 +213,12 @@ final class WyomingServeConnection: Sendable {
         }
     }
 
-    private func run(_ inputs: AsyncStream<Input>) async {
+    /// The connection's back-pressure in the metrics (at the end of each transcription, and of the connection).
+    private func recordInput() {
+        server.metrics.input(route: route.name, inbox.takeStatistics())
+    }
+
+    private func run() async {
         var session: Session?
         var token: WyomingToken?
         // A speech synthesis route (text in, audio out) has sessions of its own.
@@ -215,9 +228,10 @@ final class WyomingServeConnection: Sendable {
         let watchdog = Task { await watchIdle() }
         defer {
             watchdog.cancel()
+            recordInput()
             server.removeWyomingConnection(self)
         }
-        loop: for await input in inputs {
+        loop: while let input = await inbox.next() {
             let event: WyomingEvent
             switch input {
             case .event(let e): event = e
@@ -225,6 +239,7 @@ final class WyomingServeConnection: Sendable {
                 guard let s = session else { continue }
                 s.pipeline.stop()
                 _ = await s.run.value
+                recordInput()
                 server.metrics.sessionEnded(route: route.name, outcome: "idle", seconds: ServeSession.seconds(ContinuousClock.now - s.started), drops: 0, mediaAgeP99Ms: nil)
                 server.metrics.error(route: route.name, code: "idle")
                 await s.bus.finished(outcome: "idle", audioBytes: s.bytes, drops: 0)
@@ -259,6 +274,7 @@ final class WyomingServeConnection: Sendable {
                     // A new transcription before the last one's audio-stop: the last one is abandoned.
                     s.pipeline.stop()
                     _ = await s.run.value
+                    recordInput()
                     server.metrics.sessionEnded(route: route.name, outcome: "abandoned", seconds: ServeSession.seconds(ContinuousClock.now - s.started), drops: 0, mediaAgeP99Ms: nil)
                     await s.bus.finished(outcome: "abandoned", audioBytes: s.bytes, drops: 0)
                     end(token)
@@ -326,6 +342,7 @@ final class WyomingServeConnection: Sendable {
         if let s = session {
             s.pipeline.stop()
             _ = await s.run.value
+            recordInput()
             server.metrics.sessionEnded(route: route.name, outcome: "disconnected", seconds: ServeSession.seconds(ContinuousClock.now - s.started), drops: 0, mediaAgeP99Ms: nil)
             await s.bus.finished(outcome: "disconnected", audioBytes: s.bytes, drops: 0)
         }
@@ -339,6 +356,7 @@ final class WyomingServeConnection: Sendable {
         let failure = await s.run.value
         _ = await s.collect.value
         let seconds = ServeSession.seconds(ContinuousClock.now - s.started)
+        recordInput()
         if let failure {
             server.metrics.sessionEnded(route: route.name, outcome: "error", seconds: seconds, drops: 0, mediaAgeP99Ms: nil)
             await s.bus.finished(outcome: "error", audioBytes: s.bytes, drops: 0)
