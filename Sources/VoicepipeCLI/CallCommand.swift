@@ -20,9 +20,9 @@ struct CallCommand: AsyncParsableCommand {
         the call through the registrar (its outbound proxy), and unregisters when the call is over. \
         Exit status: 0 the call took place, 1 it failed or was refused (or the registrar refused the \
         registration, or the TCP connection failed), 2 a bad graph or option.
-        Examples: voicepipe call sip:echo@192.0.2.10:5060 pipelines/call-echo.yaml
-                  voicepipe call "sip:echo@192.0.2.10:5060;transport=tcp" pipelines/call-echo.yaml
-                  VOICEPIPE_SIP_PASSWORD=… voicepipe call sip:200@pbx.example --registrar sip:pbx.example --user 100 pipelines/call-echo.yaml
+        Examples: voicepipe call sip:echo@192.0.2.10:5060 call.yaml
+                  voicepipe call "sip:echo@192.0.2.10;transport=tcp" call.yaml
+                  voicepipe call sip:200@pbx.lan call.yaml --registrar sip:pbx.lan
         """)
 
     @Argument(help: "The SIP URI to call (sip:user@host[:port][;transport=tcp]).") var uri: String

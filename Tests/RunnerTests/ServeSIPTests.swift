@@ -7,7 +7,7 @@ import Testing
 /// compared with what it sent.
 @Suite("serve: SIP route", .serialized, .timeLimit(.minutes(3)))
 struct ServeSIPTests {
-    static let scenarios = packageRoot.appendingPathComponent("Tests/Fixtures/sip")
+    static let scenarios = SIPp.scenarios
 
     /// Serve with a `sip` route (`phone`) whose graph sends the caller's audio straight back (a digit or
     /// any other event of `mic` interrupts it) and writes `mic`'s events to `events.jsonl` in `dir`.

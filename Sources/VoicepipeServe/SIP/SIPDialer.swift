@@ -78,6 +78,8 @@ package final class SIPDialer: Sendable {
     private let stream: AsyncStream<Input>
     /// Where messages go: the call's to the call, the registration's responses to the registration.
     private let routing = LockedValue<(callID: String?, registration: SIPRegistration?)>((nil, nil))
+    /// `stop()` was called; and the registration under way, which it cancels.
+    private let stopping = LockedValue<(stopped: Bool, registering: Task<SIPRegistration.Outcome, Never>?)>((false, nil))
 
     /// Loads and checks the graph (one `app-source`, at most one `app-sink` fed audio), the codecs and the URIs.
     package init(options: Options, registry: NodeRegistry, logger: Logger, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -131,7 +133,16 @@ package final class SIPDialer: Sendable {
     }
 
     /// Hang up (BYE), or CANCEL while ringing.
-    package func stop() { inbox.yield(.stop) }
+    package func stop() {
+        let registering = stopping.withLock { s in
+            s.stopped = true
+            return s.registering
+        }
+        registering?.cancel()
+        inbox.yield(.stop)
+    }
+
+    private var stopped: Bool { stopping.withLock { $0.stopped } }
 
     /// Places the call and runs it to its end; returns why it ended (`hangup`, `graph_ended`, `rtp_timeout`,
     /// `stopped`, `connection_closed`).
@@ -181,7 +192,20 @@ package final class SIPDialer: Sendable {
                                            logger: logger, label: "") { link.send($0) }
         routing.withLock { $0.registration = registration }
         let granted: Int
-        switch await registration.register() {
+        // Stopping (SIGINT) ends a registration under way at once.
+        let attempt = Task { await registration.register() }
+        let alreadyStopped = stopping.withLock { s in
+            s.registering = attempt
+            return s.stopped
+        }
+        if alreadyStopped { attempt.cancel() }
+        let outcome = await attempt.value
+        stopping.withLock { $0.registering = nil }
+        if stopped {
+            if case .registered = outcome { _ = await registration.register(expires: 0) }
+            throw Failure(description: "stopped before the call was placed", exitCode: 1)
+        }
+        switch outcome {
         case .registered(let seconds):
             granted = seconds
             logger.info("registered \(registration.addressOfRecord) with \(registrar) over \(link.transport) for \(seconds) s")
@@ -205,8 +229,8 @@ package final class SIPDialer: Sendable {
                 }
             }
         }
-        let outcome: Result<String, any Error>
-        do { outcome = .success(try await dial(link: link, group: group, registration: registration)) } catch { outcome = .failure(error) }
+        let result: Result<String, any Error>
+        do { result = .success(try await dial(link: link, group: group, registration: registration)) } catch { result = .failure(error) }
         renewing.cancel()
         await renewing.value
         if !link.channel.isActive {
@@ -217,7 +241,7 @@ package final class SIPDialer: Sendable {
             case .refused(let why): logger.warning("unregistering from \(registrar) failed: \(why)")
             }
         }
-        return try outcome.get()
+        return try result.get()
     }
 
     /// Binds the UDP socket, or connects to the next hop over TCP (within 5 s).
@@ -267,7 +291,7 @@ package final class SIPDialer: Sendable {
             registration.response(m)
             return
         }
-        if m.callID == callID || callID == nil {
+        if let callID, m.callID == callID {
             inbox.yield(.message(m, peer))
             return
         }
