@@ -175,6 +175,29 @@ struct SIPProtocolTests {
         #expect(answered.poll(elapsedMs: 5000) == .done)
     }
 
+    @Test("Over TCP nothing is repeated, only the 32 s limit stays (RFC 3261 §17.1.1.2); due() performs the repetitions due and says when to look again")
+    func reliableTimer() {
+        var t = SIPRetransmission(reliable: true)
+        #expect(t.poll(elapsedMs: 600) == .wait(untilMs: 32_000))
+        #expect(t.poll(elapsedMs: 31_999) == .wait(untilMs: 32_000))
+        #expect(t.poll(elapsedMs: 32_000) == .giveUp)
+        var u = SIPRetransmission()
+        let start = ContinuousClock.now
+        var sent = 0, gaveUp = false
+        #expect(u.due(now: start + .milliseconds(1600), since: start, retransmit: { sent += 1 }, giveUp: { gaveUp = true }) == start + .milliseconds(3500))
+        #expect(sent == 2 && !gaveUp)
+        #expect(u.due(now: start + .milliseconds(40_000), since: start, retransmit: { sent += 1 }, giveUp: { gaveUp = true }) == nil)
+        #expect(gaveUp)
+    }
+
+    @Test("A SIP URI's transport parameter, with other parameters and headers around it")
+    func uriTransport() {
+        #expect(SIPDialer.uriParameter("sip:bob@192.0.2.1:5060;transport=TCP", "transport") == "TCP")
+        #expect(SIPDialer.uriParameter("sip:bob@192.0.2.1;user=phone;transport=tcp?subject=x", "transport") == "tcp")
+        #expect(SIPDialer.uriParameter("sip:bob@192.0.2.1:5060", "transport") == nil)
+        #expect(SIPDialer.uriParameter("sip:bob@192.0.2.1?transport=tcp", "transport") == nil)
+    }
+
     @Test("RFC 4733: one digit per event with its duration, end packets repeated; an event without end reported at the next")
     func telephoneEvents() {
         var d = TelephoneEventDetector()

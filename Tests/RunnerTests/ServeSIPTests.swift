@@ -7,7 +7,7 @@ import Testing
 /// compared with what it sent.
 @Suite("serve: SIP route", .serialized, .timeLimit(.minutes(3)))
 struct ServeSIPTests {
-    static let scenarios = packageRoot.appendingPathComponent("Tests/Fixtures/sip")
+    static let scenarios = SIPp.scenarios
 
     /// Serve with a `sip` route (`phone`) whose graph sends the caller's audio straight back (a digit or
     /// any other event of `mic` interrupts it) and writes `mic`'s events to `events.jsonl` in `dir`.
@@ -333,9 +333,7 @@ struct ServeSIPTests {
         for (password, succeeds) in [("s3cret", true), ("wrong", false)] {
             let dir = tempDir()
             let registrarPort = ServeTests.freePort()
-            let registrar = try Running("/usr/bin/sipp", ["-sf", Self.scenarios.appendingPathComponent("registrar.xml").path, "-i", "127.0.0.1",
-                                                          "-p", "\(registrarPort)", "-m", "1", "-nostdin", "-timeout", "20", "-timeout_error"])
-            for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(registrarPort)")) { usleep(100_000) }
+            let registrar = try SIPp.listen("registrar.xml", port: registrarPort, timeout: 20)
             let (server, port, _, _) = try Self.start(options: "register: { registrar: \"sip:127.0.0.1:\(registrarPort)\", user: alice, password: \(password) }", in: dir)
             defer { server.signal(SIGTERM); _ = server.wait(timeout: 30) }
             let r = registrar.wait(timeout: 30)
@@ -664,8 +662,7 @@ struct SIPCallCommandTests {
     func callSIPp() throws {
         let dir = tempDir()
         let port = ServeTests.freePort()
-        let uas = try Running("/usr/bin/sipp", ["-sn", "uas", "-i", "127.0.0.1", "-p", "\(port)", "-m", "1", "-nostdin", "-timeout", "30", "-timeout_error"])
-        for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(port)")) { usleep(100_000) }
+        let uas = try SIPp.listen("builtin:uas", port: port)
         let (graph, _, events) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
         let r = try voicepipe(["call", "sip:service@127.0.0.1:\(port)", graph, "--max-duration", "2", "--codecs", "pcmu"])
         #expect(r.status == 0, "\(r.stderr)")
@@ -681,9 +678,7 @@ struct SIPCallCommandTests {
         let (graph, _, _) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
         for (password, succeeds) in [("pa55", true), ("nope", false)] {
             let port = ServeTests.freePort()
-            let uas = try Running("/usr/bin/sipp", ["-sf", ServeSIPTests.scenarios.appendingPathComponent("uas_auth.xml").path, "-i", "127.0.0.1",
-                                                    "-p", "\(port)", "-mp", "\(ServeTests.freePort() & ~1)", "-m", "1", "-nostdin", "-timeout", "20", "-timeout_error"])
-            for _ in 0..<100 where !(try ServeTests.voicepipeLike("/usr/bin/ss", ["-uln"]).stdout.contains("127.0.0.1:\(port)")) { usleep(100_000) }
+            let uas = try SIPp.listen("uas_auth.xml", port: port, timeout: 20)
             let r = try voicepipe(["call", "sip:bob@127.0.0.1:\(port)", graph, "--auth-user", "bob", "--max-duration", "1", "--codecs", "pcmu"],
                                   environment: ProcessInfo.processInfo.environment.merging(["VOICEPIPE_SIP_PASSWORD": password]) { $1 })
             let u = uas.wait(timeout: 30)
@@ -695,6 +690,90 @@ struct SIPCallCommandTests {
                 #expect(u.status != 0)
             }
         }
+    }
+
+    @Test("Over TCP (;transport=tcp in the URI, or --transport tcp): a SIPp callee on TCP that answers after 1.6 s gets one INVITE (over UDP it is repeated), Via says TCP, and voicepipe's BYE ends the call")
+    func callOverTCP() throws {
+        let dir = tempDir()
+        let (graph, _, events) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
+        for (name, tcp) in [("uri", true), ("option", true), ("udp", false)] {
+            let port = ServeTests.freePort()
+            let log = dir.appendingPathComponent("sipp-\(name).log")
+            let uas = try SIPp.listen("uas_slow.xml", port: port, tcp: tcp, messages: log)
+            let target = name == "uri" ? ["sip:callee@127.0.0.1:\(port);transport=tcp"] : name == "option" ? ["sip:callee@127.0.0.1:\(port)", "--transport", "tcp"] : ["sip:callee@127.0.0.1:\(port)"]
+            let r = try voicepipe(["call"] + target + [graph, "--max-duration", "1", "--codecs", "pcmu"])
+            #expect(r.status == 0 && r.stdout.contains("call ended: stopped"), "\(name): \(r.stdout) \(r.stderr)")
+            let u = uas.wait(timeout: 40)
+            #expect(u.status == 0, "\(name): SIPp: \(u.stdout.suffix(600)) \(SIPp.messages(log).suffix(2000))")
+            let invites = SIPp.received(log, "INVITE sip:callee@")
+            if tcp {
+                #expect(invites == 1, "\(name): \(invites) INVITEs over TCP")
+                #expect(SIPp.messages(log).contains("Via: SIP/2.0/TCP 127.0.0.1:") && SIPp.messages(log).contains("TCP message received"), "\(name)")
+                #expect(SIPp.received(log, "BYE sip:callee@") == 1, "\(name)")
+            } else {
+                #expect(invites >= 2, "\(invites) INVITEs over UDP")
+                #expect(SIPp.messages(log).contains("Via: SIP/2.0/UDP 127.0.0.1:"))
+            }
+            let lines = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
+            #expect(lines.contains("\"event\":\"call_end\""), "\(name): \(lines)")
+            try? FileManager.default.removeItem(at: events)
+        }
+    }
+
+    @Test("Over TCP to a port where nothing listens: one clear line naming host:port, exit 1")
+    func tcpConnectionRefused() throws {
+        let dir = tempDir()
+        let (graph, _, _) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
+        let port = ServeTests.freePort()
+        let r = try voicepipe(["call", "sip:callee@127.0.0.1:\(port);transport=tcp", graph], timeout: 20)
+        let errors = r.stderr.split(separator: "\n").filter { $0.hasPrefix("voicepipe call:") }
+        #expect(r.status == 1, "\(r.stderr)")
+        #expect(errors == ["voicepipe call: cannot connect to 127.0.0.1:\(port) over TCP: Connection refused"], "\(r.stderr)")
+        #expect(r.seconds < 10)
+        let bad = try voicepipe(["call", "sip:callee@127.0.0.1:\(port);transport=sctp", graph])
+        #expect(bad.status == 2 && bad.stderr.contains("transport 'sctp' is not supported"), "\(bad.stderr)")
+    }
+
+    @Test("--registrar over UDP and TCP: REGISTER with digest at a SIPp registrar, the call placed through it (the callee's Request-URI, a Route naming it, its 407 answered), unregistered after")
+    func callThroughRegistrar() throws {
+        let dir = tempDir()
+        let (graph, _, events) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
+        for tcp in [false, true] {
+            let port = ServeTests.freePort()
+            let log = dir.appendingPathComponent("registrar-\(tcp ? "tcp" : "udp").log")
+            let registrar = try SIPp.listen("registrar_proxy.xml", port: port, tcp: tcp, calls: 2, messages: log)
+            let r = try voicepipe(["call", "sip:bob@callee.invalid", graph, "--registrar", "sip:127.0.0.1:\(port)\(tcp ? ";transport=tcp" : "")", "--user", "alice",
+                                   "--max-duration", "1", "--codecs", "pcmu"],
+                                  environment: ["VOICEPIPE_SIP_PASSWORD": "s3cret"])
+            #expect(r.status == 0 && r.stdout.contains("call ended: stopped"), "\(r.stdout) \(r.stderr)")
+            let u = registrar.wait(timeout: 40)
+            #expect(u.status == 0, "SIPp: \(u.stdout.suffix(600)) \(SIPp.messages(log).suffix(3000))")
+            // REGISTER, its answer to the challenge, the same two to unregister; the INVITE and its answer to the 407.
+            #expect(SIPp.received(log, "REGISTER sip:127.0.0.1 ") == 4, "\(SIPp.messages(log).suffix(3000))")
+            #expect(SIPp.received(log, "INVITE sip:bob@callee.invalid ") == 2)
+            #expect(SIPp.messages(log).contains("\(tcp ? "TCP" : "UDP") message received"))
+            #expect(r.stderr.contains("unregistered sip:alice@127.0.0.1"), "\(r.stderr)")
+            let lines = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
+            #expect(lines.contains("\"from\":\"sip:alice@127.0.0.1\""), "\(lines)")
+            try? FileManager.default.removeItem(at: events)
+        }
+    }
+
+    @Test("--registrar with a wrong password: one clear line with the registrar's 403 after the credentials, exit 1, no INVITE")
+    func registrarRefuses() throws {
+        let dir = tempDir()
+        let (graph, _, _) = try Self.graph(dir, play: try Self.tones(dir, rate: 8000))
+        let port = ServeTests.freePort()
+        let log = dir.appendingPathComponent("registrar.log")
+        let registrar = try SIPp.listen("registrar.xml", port: port, timeout: 20, messages: log)
+        let r = try voicepipe(["call", "sip:bob@callee.invalid", graph, "--registrar", "sip:127.0.0.1:\(port)", "--user", "alice"],
+                              environment: ["VOICEPIPE_SIP_PASSWORD": "wrong"], timeout: 40)
+        _ = registrar.wait(timeout: 30)
+        let errors = r.stderr.split(separator: "\n").filter { $0.hasPrefix("voicepipe call:") }
+        #expect(r.status == 1, "\(r.stderr)")
+        #expect(errors.count == 1 && errors[0].contains("registrar sip:127.0.0.1:\(port) refused the registration")
+                && errors[0].contains("403 Forbidden after the credentials of alice"), "\(r.stderr)")
+        #expect(SIPp.received(log, "INVITE ") == 0)
     }
 
     @Test("A call refused (no codec in common with a sip route) exits 1 naming the 488; a bad URI exits 2")

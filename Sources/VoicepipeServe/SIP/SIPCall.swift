@@ -40,12 +40,22 @@ final class SIPCall: TelephoneCall {
         case maxDuration
         case drain
         case graphEnded
+        /// A transaction timer's deadline passed (a retransmission or a give-up may be due).
+        case timer
     }
 
     /// The call's media, once negotiated.
     private let media = LockedValue<CallMedia?>(nil)
-    /// The 2xx (to the INVITE or a re-INVITE) repeated until its ACK, with its CSeq.
-    private let pending = LockedValue<(response: SIPMessage, cseq: UInt32, timer: SIPRetransmission, sentAt: ContinuousClock.Instant)?>(nil)
+    /// The CSeq of the 2xx (to the INVITE or a re-INVITE) repeated until its ACK; `ackChanged` wakes the
+    /// task repeating it when it changes.
+    private let pending = LockedValue<UInt32?>(nil)
+    private let ackChanged = ChangeSignal()
+
+    /// Stops repeating the 2xx: its ACK came (`cseq`), or the call no longer waits for one (nil).
+    private func acknowledged(_ cseq: UInt32? = nil) {
+        pending.withLock { p in if cseq == nil || p == cseq { p = nil } }
+        ackChanged.notify()
+    }
 
     init(endpoint: SIPEndpoint, invite: SIPMessage, peer: SIPPeer) {
         self.endpoint = endpoint
@@ -281,7 +291,7 @@ final class SIPCall: TelephoneCall {
             case .request(let m, let from):
                 switch m.method ?? "" {
                 case "ACK":
-                    pending.withLock { p in if let c = p?.cseq, c == m.cseq?.number { p = nil } }
+                    if let c = m.cseq?.number { acknowledged(c) }
                 case "BYE":
                     respond(m, 200, to: from)
                     outcome = "hangup"
@@ -371,10 +381,10 @@ final class SIPCall: TelephoneCall {
                 break loop
             case .graphEnded:
                 break loop
-            case .answerNow: continue
+            case .answerNow, .timer: continue
             }
         }
-        pending.withLock { $0 = nil }
+        acknowledged()
         await source.push(event: Event("call_end", fields: [("reason", .string(reason))]))
         source.finish()
         if stopAtOnce && reason != "graph_ended" { pipeline.stop() }
@@ -437,7 +447,7 @@ final class SIPCall: TelephoneCall {
             case .request(let m, let from):
                 switch m.method ?? "" {
                 case "ACK" where m.cseq?.number == cseq:
-                    pending.withLock { $0 = nil }
+                    acknowledged()
                     guard !m.body.isEmpty else { return .unusable("the ACK has no SDP answer to voicepipe's offer") }
                     let type = m["Content-Type"]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
                     guard type == "application/sdp" else { return .unusable("the ACK's body is \(type ?? "untyped"), not application/sdp") }
@@ -455,7 +465,7 @@ final class SIPCall: TelephoneCall {
                 case "INVITE" where m.cseq?.number == cseq:
                     from.send(ok)
                 case "BYE":
-                    pending.withLock { $0 = nil }
+                    acknowledged()
                     respond(m, 200, to: from)
                     return .gone
                 case "CANCEL":
@@ -486,13 +496,9 @@ final class SIPCall: TelephoneCall {
         if peer.reliable { return }
         var timer = SIPRetransmission()
         let started = ContinuousClock.now
-        let ticker = Task { [inbox] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(250))
-                inbox.yield(.answerNow)
-            }
-        }
-        defer { ticker.cancel() }
+        let alarm = SIPAlarm { [inbox] in inbox.yield(.timer) }
+        defer { alarm.cancel() }
+        alarm.set(at: started + .milliseconds(timer.t1Ms))
         while let input = await iterator.next() {
             switch input {
             case .request(let m, let from):
@@ -501,12 +507,10 @@ final class SIPCall: TelephoneCall {
                 if m.method == "CANCEL" { respond(m, 200, to: from); continue }
                 respond(m, 481, to: from)
             case .drain: return
-            default:
-                switch timer.poll(elapsedMs: Int((ContinuousClock.now - started) / .milliseconds(1))) {
-                case .retransmit: peer.send(final)
-                case .giveUp, .done: return
-                case .wait: continue
-                }
+            case .timer:
+                guard let next = timer.due(now: .now, since: started, retransmit: { peer.send(final) }, giveUp: {}) else { return }
+                alarm.set(at: next)
+            default: continue
             }
         }
     }
@@ -514,24 +518,26 @@ final class SIPCall: TelephoneCall {
     /// Repeats a 2xx over UDP until the ACK with its CSeq arrives; 32 s without it ends the call.
     private func startRetransmitting(_ response: SIPMessage, cseq: UInt32) {
         guard !peer.reliable else { return }
-        pending.withLock { $0 = (response, cseq, SIPRetransmission(), .now) }
-        Task { [self] in
-            while true {
-                try? await Task.sleep(for: .milliseconds(100))
-                let action: SIPRetransmission.Action = pending.withLock { p in
-                    guard var entry = p, entry.cseq == cseq else { return .done }
-                    let a = entry.timer.poll(elapsedMs: Int((ContinuousClock.now - entry.sentAt) / .milliseconds(1)))
-                    entry.timer = entry.timer
-                    p = entry
-                    if a == .giveUp { p = nil }
-                    return a
+        pending.withLock { $0 = cseq }
+        ackChanged.notify()
+        Task { [self, pending] in
+            var timer = SIPRetransmission()
+            let sentAt = ContinuousClock.now
+            let waiting: @Sendable () -> Bool = { pending.withLock { $0 == cseq } }
+            while waiting() {
+                var gaveUp = false
+                guard let next = timer.due(now: .now, since: sentAt, retransmit: { if waiting() { peer.send(response) } }, giveUp: { gaveUp = true }) else {
+                    // 32 s without the ACK: the call ends (unless the ACK or the call's end came meanwhile).
+                    let unanswered = pending.withLock { p -> Bool in
+                        guard gaveUp, p == cseq else { return false }
+                        p = nil
+                        return true
+                    }
+                    if unanswered { inbox.yield(.ackTimeout) }
+                    return
                 }
-                switch action {
-                case .retransmit: peer.send(response)
-                case .giveUp: inbox.yield(.ackTimeout); return
-                case .done: return
-                case .wait: continue
-                }
+                // Until the next repetition, or the ACK (or the end of the call) at once.
+                _ = await ackChanged.wait(until: next) { !waiting() }
             }
         }
     }
@@ -549,15 +555,12 @@ final class SIPCall: TelephoneCall {
         bye.add("CSeq", "1 BYE")
         bye.add("Reason", "SIP;cause=200;text=\"\(reason.replacingOccurrences(of: "\"", with: "'"))\"")
         peer.send(bye)
-        var timer = SIPRetransmission()
+        var timer = SIPRetransmission(reliable: peer.reliable)
         let started = ContinuousClock.now
-        let ticker = Task { [inbox] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(100))
-                inbox.yield(.answerNow)
-            }
-        }
-        defer { ticker.cancel() }
+        let limit = started + .seconds(8)
+        let alarm = SIPAlarm { [inbox] in inbox.yield(.timer) }
+        defer { alarm.cancel() }
+        alarm.set(at: min(limit, started + .milliseconds(peer.reliable ? 8000 : timer.t1Ms)))
         while let input = await iterator.next() {
             switch input {
             case .response(let r) where r.cseq?.method == "BYE":
@@ -566,11 +569,12 @@ final class SIPCall: TelephoneCall {
                 if m.method == "BYE" { respond(m, 200, to: from); return }
                 if m.method == "ACK" { continue }
                 respond(m, 481, to: from)
-            default:
-                let elapsed = Int((ContinuousClock.now - started) / .milliseconds(1))
-                if elapsed > 8000 { return }
-                if peer.reliable { continue }
-                if timer.poll(elapsedMs: elapsed) == .retransmit { peer.send(bye) }
+            case .timer:
+                let now = ContinuousClock.now
+                if now >= limit { return }
+                guard let next = timer.due(now: now, since: started, retransmit: { peer.send(bye) }, giveUp: {}) else { return }
+                alarm.set(at: min(next, limit))
+            default: continue
             }
         }
     }
@@ -578,12 +582,15 @@ final class SIPCall: TelephoneCall {
     /// `.rtpTimeout` when the caller (who said it sends) sent nothing for `rtp_timeout_s`; `.maxDuration` at `max_duration_s`.
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
+        let rtpTimeout = options.rtpTimeoutS
+        // The RTP silence is checked every 200 ms: the media knows when RTP last came, and says only
+        // whether it has been silent for so long. Without an RTP timeout, a sleep until the limit.
         while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(200))
+            try? await Task.sleep(until: rtpTimeout > 0 ? min(limit, .now + .milliseconds(200)) : limit, clock: .continuous)
             if Task.isCancelled { return }
             if ContinuousClock.now >= limit { inbox.yield(.maxDuration); return }
-            guard options.rtpTimeoutS > 0 else { continue }
-            if media.withLock({ $0 })?.silent(for: .seconds(options.rtpTimeoutS)) == true { inbox.yield(.rtpTimeout); return }
+            guard rtpTimeout > 0 else { continue }
+            if media.withLock({ $0 })?.silent(for: .seconds(rtpTimeout)) == true { inbox.yield(.rtpTimeout); return }
         }
     }
 }

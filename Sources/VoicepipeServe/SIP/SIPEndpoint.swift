@@ -82,11 +82,21 @@ final class SIPEndpoint: Sendable {
             $0.port = port
         }
         if let r = endpoint.options.register {
-            let registration = SIPRegistration(endpoint: endpoint, options: r)
-            endpoint.state.withLock { $0.registration = registration }
-            // Ends with the route's socket (a drain closes it).
-            let task = Task { await registration.run(channel: udp) }
-            udp.closeFuture.whenComplete { _ in task.cancel() }
+            let (metrics, name) = (server.metrics, route.name)
+            if let (registrarHost, registrarPort) = SIPHeader.hostPort(r.registrar),
+               let registrar = try? SocketAddress.makeAddressResolvingHost(registrarHost, port: registrarPort ?? 5060) {
+                let local = SIPEndpoint.sourceAddress(toward: registrar.ipAddress ?? "127.0.0.1") ?? "127.0.0.1"
+                let peer = SIPPeer(channel: udp, address: registrar, reliable: false)
+                let registration = SIPRegistration(options: r, local: local, localPort: port, reliable: false, logger: server.logger,
+                                                   label: "route '\(name)': ") { peer.send($0) }
+                endpoint.state.withLock { $0.registration = registration }
+                // Ends with the route's socket (a drain closes it).
+                let task = Task { await registration.run { metrics.error(route: name, code: "register_failed") } }
+                udp.closeFuture.whenComplete { _ in task.cancel() }
+            } else {
+                server.logger.warning("route '\(name)': cannot resolve the registrar \(r.registrar)")
+                metrics.error(route: name, code: "register_failed")
+            }
         }
         let tcp = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

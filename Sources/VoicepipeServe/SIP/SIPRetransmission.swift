@@ -1,5 +1,9 @@
+import PipelineCore
+
 /// When an unreliable transport repeats a message (RFC 3261 §17): a 2xx to INVITE until its ACK (Timers G
 /// and H), a request until its response (Timers E and F). Starts at T1, doubles up to T2, gives up at 64·T1.
+/// Over a reliable transport (TCP) nothing is repeated (Timers A, E and G are not started, RFC 3261
+/// §17.1.1.2, §17.1.2.2) and only the 64·T1 limit remains.
 /// Pure: the caller says how long it has been since the first send and performs what it is told.
 struct SIPRetransmission: Sendable, Equatable {
     enum Action: Sendable, Equatable {
@@ -14,16 +18,18 @@ struct SIPRetransmission: Sendable, Equatable {
 
     let t1Ms: Int
     let t2Ms: Int
+    let reliable: Bool
     private var intervalMs: Int
     private var nextMs: Int
     private(set) var sent = 1
     private var finished = false
 
-    init(t1Ms: Int = 500, t2Ms: Int = 4000) {
+    init(t1Ms: Int = 500, t2Ms: Int = 4000, reliable: Bool = false) {
         self.t1Ms = t1Ms
         self.t2Ms = t2Ms
+        self.reliable = reliable
         intervalMs = t1Ms
-        nextMs = t1Ms
+        nextMs = reliable ? 64 * t1Ms : t1Ms
     }
 
     var deadlineMs: Int { 64 * t1Ms }
@@ -41,4 +47,45 @@ struct SIPRetransmission: Sendable, Equatable {
         sent += 1
         return .retransmit
     }
+
+    /// Performs what is due at `now` for a transaction that started at `start` (`retransmit` for each
+    /// repetition due) and returns when to look again: nil once given up (`giveUp` was called) or done.
+    mutating func due(now: ContinuousClock.Instant, since start: ContinuousClock.Instant, retransmit: () -> Void, giveUp: () -> Void) -> ContinuousClock.Instant? {
+        while true {
+            switch poll(elapsedMs: Int((now - start) / .milliseconds(1))) {
+            case .retransmit: retransmit()
+            case .wait(let until): return start + .milliseconds(until)
+            case .giveUp: giveUp(); return nil
+            case .done: return nil
+            }
+        }
+    }
+}
+
+/// One pending wake-up at a deadline (a task sleeping until it), for the SIP transaction timers: setting
+/// it again replaces the previous one. `fire` runs when the deadline passes (it may run once more just
+/// after a replacement; the receiver re-checks its timers either way).
+final class SIPAlarm: Sendable {
+    private let fire: @Sendable () -> Void
+    private let pending = LockedValue<Task<Void, Never>?>(nil)
+
+    init(fire: @escaping @Sendable () -> Void) { self.fire = fire }
+
+    func set(at deadline: ContinuousClock.Instant?) {
+        let fire = self.fire
+        let task = deadline.map { d in
+            Task {
+                try? await Task.sleep(until: d, clock: .continuous)
+                if !Task.isCancelled { fire() }
+            }
+        }
+        pending.withLock { p in
+            p?.cancel()
+            p = task
+        }
+    }
+
+    func cancel() { set(at: nil) }
+
+    deinit { pending.withLock { $0?.cancel() } }
 }
