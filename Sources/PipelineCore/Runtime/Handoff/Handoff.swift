@@ -247,38 +247,77 @@ public final class Handoff<Element: Sendable>: Sendable {
 }
 
 /// Blocks one thread until another releases it (a sender of ``Handoff/sendBlocking(_:)``).
-final class ThreadParker: Sendable {
-    private let released = LockedCondition(false)
+final class ThreadParker: @unchecked Sendable {
+    // Allocated, not stored inline: a pthread object must not move, and `&property` may pass a temporary.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var released = false
+
+    init() {
+        mutex.initialize(to: pthread_mutex_t())
+        condition.initialize(to: pthread_cond_t())
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
 
     func park() {
-        released.wait { released -> LockedCondition<Bool>.Step<Void> in released ? .done(()) : .wait(until: nil) }
+        pthread_mutex_lock(mutex)
+        while !released { pthread_cond_wait(condition, mutex) }
+        pthread_mutex_unlock(mutex)
     }
 
     func unpark() {
-        released.withLock { released in
-            released = true
-            return ((), wake: .one)
-        }
+        pthread_mutex_lock(mutex)
+        released = true
+        pthread_cond_signal(condition)
+        pthread_mutex_unlock(mutex)
     }
 }
 
 /// Blocks one thread until another hands it a value (the receiver of ``Handoff/receiveBlocking()``).
-final class ThreadMailbox<Value: Sendable>: Sendable {
-    private let slot = LockedCondition<Value?>(nil)
+final class ThreadMailbox<Value: Sendable>: @unchecked Sendable {
+    // @unchecked: `value` and `delivered` are only touched under `mutex`.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var value: Value?
+    private var delivered = false
+
+    init() {
+        mutex.initialize(to: pthread_mutex_t())
+        condition.initialize(to: pthread_cond_t())
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
 
     /// Waits for the value ``deliver(_:)`` hands over.
     func wait() -> Value {
-        slot.wait { slot -> LockedCondition<Value?>.Step<Value> in
-            guard let value = slot else { return .wait(until: nil) }
-            slot = nil
-            return .done(value)
-        }
+        pthread_mutex_lock(mutex)
+        while !delivered { pthread_cond_wait(condition, mutex) }
+        let v = value!
+        value = nil
+        pthread_mutex_unlock(mutex)
+        return v
     }
 
     func deliver(_ v: Value) {
-        slot.withLock { slot in
-            slot = v
-            return ((), wake: .one)
-        }
+        pthread_mutex_lock(mutex)
+        value = v
+        delivered = true
+        pthread_cond_signal(condition)
+        pthread_mutex_unlock(mutex)
     }
 }
