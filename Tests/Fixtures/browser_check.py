@@ -33,7 +33,10 @@ def browser(wav=None):
 
 
 def texts(d, css):
-    return [e.text for e in d.find_elements(By.CSS_SELECTOR, css)]
+    # Read in one script, not element by element: the page changes its lists live (the event list drops
+    # its oldest entries), and an element read after it was removed is stale.
+    return d.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => (e.innerText ?? e.textContent ?? '').trim())", css)
 
 
 def wait(pred, timeout, step=0.25):

@@ -392,10 +392,7 @@ final class SIPCall: TelephoneCall {
         _ = await forwarding.value
         if !stopAtOnce && weHangUp {
             // The answer still queued is played out (bounded by the stall limit).
-            let until = ContinuousClock.now + ServeSession.stallLimit
-            while !callMedia.queueIsEmpty && ContinuousClock.now < until {
-                try? await Task.sleep(for: .milliseconds(20))
-            }
+            await callMedia.waitUntilSent(deadline: .now + ServeSession.stallLimit)
         }
         callMedia.end()
         for t in mediaTasks + [watching] { t.cancel() }
@@ -583,10 +580,18 @@ final class SIPCall: TelephoneCall {
     private func watch() async {
         let limit = ContinuousClock.now + .seconds(route.maxDurationS)
         let rtpTimeout = options.rtpTimeoutS
-        // The RTP silence is checked every 200 ms: the media knows when RTP last came, and says only
-        // whether it has been silent for so long. Without an RTP timeout, a sleep until the limit.
+        // Sleeps until the nearer of the call's limit and the moment the caller will have been silent for the
+        // RTP timeout (looked up again after each wake: RTP that came meanwhile moves it on). Without an RTP
+        // timeout, a sleep until the limit.
         while !Task.isCancelled {
-            try? await Task.sleep(until: rtpTimeout > 0 ? min(limit, .now + .milliseconds(200)) : limit, clock: .continuous)
+            var until = limit
+            if rtpTimeout > 0 {
+                let timeout = Duration.seconds(rtpTimeout)
+                // On hold (the caller sends nothing by agreement) the deadline is looked at again a timeout later.
+                let silence = (media.withLock({ $0 })?.silenceDeadline(timeout) ?? .now + timeout) + .milliseconds(1)
+                until = min(limit, silence)
+            }
+            try? await Task.sleep(until: until, clock: .continuous)
             if Task.isCancelled { return }
             if ContinuousClock.now >= limit { inbox.yield(.maxDuration); return }
             guard rtpTimeout > 0 else { continue }

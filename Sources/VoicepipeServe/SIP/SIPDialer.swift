@@ -490,13 +490,13 @@ package final class SIPDialer: Sendable {
         let sink = route.answer.flatMap { pipeline.appSink($0.sinkID) }
         let tasks = media.start(source: source, sink: sink)
         // A graph whose answer stream ends (a file said) has said everything: once it is sent, hang up.
-        // (The media's queue has no change signal: it is looked at every 20 ms.)
         let said = sink.map { _ in
             Task {
                 guard let answering = tasks.last else { return }
                 await answering.value
-                while !media.queueIsEmpty && !Task.isCancelled { try? await Task.sleep(for: .milliseconds(20)) }
-                if !Task.isCancelled { inbox.yield(.graphEnded) }
+                // Cancelled (the call ended first), the wait returns at once.
+                let sent = await media.waitUntilSent(deadline: .now + .seconds(86_400))
+                if sent && !Task.isCancelled { inbox.yield(.graphEnded) }
             }
         }
         let running = Task {
@@ -508,12 +508,14 @@ package final class SIPDialer: Sendable {
             try? await Task.sleep(for: .seconds(maxDuration))
             if !Task.isCancelled { inbox.yield(.stop) }
         } : nil
-        // The media says whether RTP came within a time, not when it last came: checked every 200 ms.
+        // Sleeps until the callee will have been silent for the RTP timeout (looked up again after each wake:
+        // RTP that came meanwhile moves it on; on hold, a timeout later).
         let silence: Task<Void, Never>? = rtpTimeout > 0 ? Task {
-            try? await Task.sleep(for: .seconds(rtpTimeout))
+            let timeout = Duration.seconds(rtpTimeout)
+            try? await Task.sleep(for: timeout)
             while !Task.isCancelled {
-                if media.silent(for: .seconds(rtpTimeout)) { inbox.yield(.rtpTimeout); return }
-                try? await Task.sleep(for: .milliseconds(200))
+                if media.silent(for: timeout) { inbox.yield(.rtpTimeout); return }
+                try? await Task.sleep(until: (media.silenceDeadline(timeout) ?? .now + timeout) + .milliseconds(1), clock: .continuous)
             }
         } : nil
         var reason = "graph_ended"
@@ -569,9 +571,8 @@ package final class SIPDialer: Sendable {
         let failure = await running.value
         forwarding.cancel()
         if reason == "graph_ended" {
-            // What the graph still had to say is played out (at most 5 s; the queue is looked at every 20 ms).
-            let until = ContinuousClock.now + .seconds(5)
-            while !media.queueIsEmpty && ContinuousClock.now < until { try? await Task.sleep(for: .milliseconds(20)) }
+            // What the graph still had to say is played out (at most 5 s).
+            await media.waitUntilSent(deadline: .now + .seconds(5))
         }
         media.end()
         for t in tasks { t.cancel() }

@@ -121,6 +121,12 @@ final class CallMedia: Sendable {
         state.withLock { $0.peerSends && ContinuousClock.now - $0.lastRTP > limit }
     }
 
+    /// When the other side will have been silent for `limit` if nothing more comes (nil while it says it does
+    /// not send, on hold): the moment to look again, not a tick.
+    func silenceDeadline(_ limit: Duration) -> ContinuousClock.Instant? {
+        state.withLock { $0.peerSends ? $0.lastRTP + limit : nil }
+    }
+
     /// One datagram on the RTP port.
     func received(_ bytes: [UInt8], from address: SocketAddress) {
         let text = "\(address.ipAddress ?? "?"):\(address.port ?? 0)"
