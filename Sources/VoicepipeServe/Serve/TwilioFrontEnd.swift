@@ -399,22 +399,16 @@ final class TwilioCall: TelephoneCall {
         }
     }
 
-    /// Pushes `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s`: sleeps
-    /// until the nearer of the two deadlines (the idle one moves with each message), then looks again.
+    /// Pushes `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s` (``CallLimits``).
     private func watch() async {
-        let limit = ContinuousClock.now + .seconds(route.maxDurationS)
-        let idle = Duration.milliseconds(route.idleTimeoutMs)
-        while !Task.isCancelled {
-            let now = ContinuousClock.now
-            if now >= limit { inbox.push(.maxDuration, bytes: 0); return }
-            let last = outbound.withLock { $0.lastInput }
-            if now - last >= idle {
-                if inbox.reading { inbox.push(.idle, bytes: 0); return }
-                // Reading is held back (the graph is behind the carrier): the carrier is not idle.
-                outbound.withLock { $0.lastInput = now }
-                continue
-            }
-            try? await Task.sleep(until: min(limit, last + idle), clock: .continuous)
+        let reached = await CallLimits.watch(maxDuration: .seconds(route.maxDurationS), idle: .milliseconds(route.idleTimeoutMs),
+                                             lastInput: { outbound.withLock { $0.lastInput } },
+                                             touch: { now in outbound.withLock { $0.lastInput = now } },
+                                             reading: { inbox.reading })
+        switch reached {
+        case .maxDuration: inbox.push(.maxDuration, bytes: 0)
+        case .idle: inbox.push(.idle, bytes: 0)
+        case nil: break
         }
     }
 }
