@@ -508,6 +508,11 @@ struct ServeTests {
         #expect(metrics.contains("voicepipe_sessions_total{route=\"raw\",outcome=\"limit\"} 1"), "\(metrics)")
     }
 
+    /// The value of the sample named `name` (with its labels) in a /metrics text, nil when it is not there.
+    static func metric(_ metrics: String, _ name: String) -> Double? {
+        metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+    }
+
     @Test("back-pressure: a client sending 48 kHz stereo at 20x real time into a graph that takes it at 1x — the connection stops reading, what waits stays near 2 s of audio, every sample arrives")
     func floodIsHeldBackNotDropped() throws {
         let dir = tempDir()
@@ -567,9 +572,7 @@ struct ServeTests {
         #expect(r.stdout.contains("closed 1000"), "\(r.stdout)")
         #expect(r.stdout.contains("file 48000 2 1920000 same True"), "\(r.stdout)")
         let metrics = try Self.http(port, "/metrics").body
-        func value(_ name: String) -> Double? {
-            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
-        }
+        func value(_ name: String) -> Double? { ServeTests.metric(metrics, name) }
         // 2 s of 48 kHz stereo is 384,000 bytes; one read of the socket may bring up to 4 x 64 KiB more.
         let peak = try #require(value("voicepipe_input_waiting_peak_bytes{route=\"slow\"}"), "\(metrics)")
         #expect(peak >= 384_000 && peak <= 384_000 + 300_000, "peak \(peak) bytes waiting")
@@ -627,9 +630,7 @@ struct ServeTests {
         #expect(r.stdout.contains("event transcript"), "\(r.stdout)")
         #expect(r.stdout.contains("file 16000 1 320000 same True"), "\(r.stdout)")
         let metrics = try Self.http(port, "/metrics").body
-        func value(_ name: String) -> Double? {
-            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
-        }
+        func value(_ name: String) -> Double? { ServeTests.metric(metrics, name) }
         // 2 s of 16 kHz mono is 64,000 bytes; one read of the socket may bring up to 4 x 64 KiB more.
         let peak = try #require(value("voicepipe_input_waiting_peak_bytes{route=\"slow\"}"), "\(metrics)")
         #expect(peak >= 64_000 && peak <= 64_000 + 4 * 65_536, "peak \(peak) bytes waiting")

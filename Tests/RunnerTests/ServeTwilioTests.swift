@@ -276,9 +276,7 @@ struct ServeTwilioTests {
         #expect(r.stdout.contains("closed 1000"), "\(r.stdout)")
         #expect(r.stdout.contains("file 8000 1 160000 same True"), "\(r.stdout)")
         let metrics = try ServeTests.http(port, "/metrics").body
-        func value(_ name: String) -> Double? {
-            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
-        }
+        func value(_ name: String) -> Double? { ServeTests.metric(metrics, name) }
         // The limit is 40,000 bytes of messages (2 s of 20 ms media messages); one read of the socket may bring up to 4 x 64 KiB more.
         let peak = try #require(value("voicepipe_input_waiting_peak_bytes{route=\"slow\"}"), "\(metrics)")
         #expect(peak >= 40_000 && peak <= 40_000 + 4 * 65_536, "peak \(peak) bytes waiting")
