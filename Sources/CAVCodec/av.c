@@ -127,6 +127,8 @@ static int ffmpeg_ready(char *err, size_t errlen) {
     return -1;
 }
 
+int vp_ffmpeg_load(char *err, size_t errlen) { return ffmpeg_ready(err, errlen); }
+
 #define av_channel_layout_copy (*p_av_channel_layout_copy)
 #define av_channel_layout_default (*p_av_channel_layout_default)
 #define av_frame_alloc (*p_av_frame_alloc)

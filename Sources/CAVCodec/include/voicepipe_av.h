@@ -14,6 +14,10 @@ typedef struct vp_aac_encoder vp_aac_encoder;
 typedef struct vp_aac_decoder vp_aac_decoder;
 typedef struct vp_media_reader vp_media_reader;
 
+/* Loads FFmpeg's libraries now (once per process; later calls return at once): 0 when they are there,
+ * -1 with the reason in err. Nodes call it when they are built, so the load does not delay a running graph. */
+int vp_ffmpeg_load(char *err, size_t errlen);
+
 /* AAC-LC encoder (FFmpeg's native `aac`), `bitrate` bits per second. NULL on failure. */
 vp_aac_encoder *vp_aac_encoder_create(int rate, int channels, int bitrate, char *err, size_t errlen);
 /* Samples per channel in one AAC frame (1024). */

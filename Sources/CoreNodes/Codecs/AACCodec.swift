@@ -28,6 +28,18 @@ func avMessage(_ buffer: [CChar]) -> String {
     buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
 }
 
+/// FFmpeg's libraries, opened at first use (see CAVCodec).
+enum FFmpegLibraries {
+    /// Opens them now, once per process. The AAC nodes call it when they are built: opening libavcodec and
+    /// libavformat (some 130 shared libraries) takes 0.1 s on a quiet machine and approaching a second on a
+    /// loaded one, and done at the first frame it held back the first packets of a call that had already
+    /// begun (the sender's first packet 0.9–1.5 s late, a third of a 3 s call concealed at the far end).
+    static func load(for node: String, code: NodeErrorCode) throws {
+        var error = [CChar](repeating: 0, count: 512)
+        guard vp_ffmpeg_load(&error, error.count) == 0 else { throw NodeError(code, "\(node): \(avMessage(error))") }
+    }
+}
+
 /// An FFmpeg AAC-LC encoder (one per node; not thread-safe).
 public final class AACEncoderHandle {
     public let format: AudioFormat

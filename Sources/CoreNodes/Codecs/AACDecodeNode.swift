@@ -117,5 +117,8 @@ public actor AACDecodeNode: FrameProcessor {
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { c, _ in c.format }),
         fusable: true,
-        make: { c, _ in AACDecodeNode(configuration: c) })
+        make: { c, _ in
+            try FFmpegLibraries.load(for: "aac-decode", code: .decoderFailed)
+            return AACDecodeNode(configuration: c)
+        })
 }

@@ -109,5 +109,8 @@ public actor AACEncodeNode: FrameProcessor {
         configuration: Configuration.self,
         format: .typed(Configuration.self, output: { _, _ in nil }, accepts: { _, f in AACRates.problem(f, node: "aac-encode") }),
         fusable: true,
-        make: { c, _ in AACEncodeNode(configuration: c) })
+        make: { c, _ in
+            try FFmpegLibraries.load(for: "aac-encode", code: .encoderFailed)
+            return AACEncodeNode(configuration: c)
+        })
 }
