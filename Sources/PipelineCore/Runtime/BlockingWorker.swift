@@ -42,35 +42,38 @@ public final class BlockingWorker: Sendable {
     deinit { queue.close() }
 }
 
-/// The worker's job queue.
-///
-/// `@unchecked Sendable` is safe here: every access to `jobs` and `closed` happens while holding
-/// `condition`, which is also what the worker thread waits on.
-private final class JobQueue: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var jobs: [@Sendable () -> Void] = []
-    private var head = 0
-    private var closed = false
+/// The worker's job queue: its jobs and whether it is closed, under a ``LockedCondition`` the worker
+/// thread waits on.
+private final class JobQueue: Sendable {
+    private struct State {
+        var jobs: [@Sendable () -> Void] = []
+        var head = 0
+        var closed = false
+    }
+    private let state = LockedCondition(State())
 
     func put(_ job: @escaping @Sendable () -> Void) -> Bool {
-        condition.lock(); defer { condition.unlock() }
-        if closed { return false }
-        jobs.append(job)
-        condition.signal()
-        return true
+        state.withLock { s in
+            if s.closed { return (false, wake: .none) }
+            s.jobs.append(job)
+            return (true, wake: .one)
+        }
     }
 
     func take() -> (@Sendable () -> Void)? {
-        condition.lock(); defer { condition.unlock() }
-        while head == jobs.count && !closed { condition.wait() }
-        if head == jobs.count { return nil }
-        let job = jobs[head]
-        head += 1
-        if head > 64 && head * 2 > jobs.count { jobs.removeFirst(head); head = 0 }
-        return job
+        state.wait { s -> LockedCondition<State>.Step<(@Sendable () -> Void)?> in
+            if s.head == s.jobs.count { return s.closed ? .done(nil) : .wait(until: nil) }
+            let job = s.jobs[s.head]
+            s.head += 1
+            if s.head > 64 && s.head * 2 > s.jobs.count { s.jobs.removeFirst(s.head); s.head = 0 }
+            return .done(job)
+        }
     }
 
     func close() {
-        condition.lock(); closed = true; condition.broadcast(); condition.unlock()
+        state.withLock { s in
+            s.closed = true
+            return ((), wake: .all)
+        }
     }
 }

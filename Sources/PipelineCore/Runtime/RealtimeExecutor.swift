@@ -14,7 +14,7 @@ import Glibc
 /// included — and the resumption after its clock sleeps run on these threads. Structured
 /// concurrency is unchanged: the task is still a child of the pipeline's task group.
 public final class RealtimeExecutor: TaskExecutor, @unchecked Sendable {
-    // @unchecked: the job list is only touched under `condition`'s lock; `threads` is written once
+    // @unchecked: the job list is only touched under `queue`'s lock; `threadNames` is written once
     // in init before any job can arrive.
     /// The process-wide instance, started at first use with ``sharedThreadCount`` threads.
     public static var shared: RealtimeExecutor { sharedInstance }
@@ -29,9 +29,11 @@ public final class RealtimeExecutor: TaskExecutor, @unchecked Sendable {
         set { sharedThreads.store(min(max(newValue, 1), 64), ordering: .relaxed) }
     }
 
-    private let condition = NSCondition()
-    private var jobs: [UnownedJob] = []
-    private var head = 0
+    private struct Queue {
+        var jobs: [UnownedJob] = []
+        var head = 0
+    }
+    private let queue = LockedCondition(Queue())
     /// Names of the threads (for diagnostics and tests).
     public let threadNames: [String]
 
@@ -50,10 +52,10 @@ public final class RealtimeExecutor: TaskExecutor, @unchecked Sendable {
 
     public func enqueue(_ job: consuming ExecutorJob) {
         let unowned = UnownedJob(job)
-        condition.lock()
-        jobs.append(unowned)
-        condition.signal()
-        condition.unlock()
+        queue.withLock { q in
+            q.jobs.append(unowned)
+            return ((), wake: .one)
+        }
     }
 
     /// Marks this executor's threads (a thread-specific value, set once per thread).
@@ -69,15 +71,16 @@ public final class RealtimeExecutor: TaskExecutor, @unchecked Sendable {
     private func loop() {
         pthread_setspecific(Self.marker, UnsafeRawPointer(bitPattern: 1))
         while true {
-            condition.lock()
-            while head >= jobs.count { condition.wait() }
-            let job = jobs[head]
-            head += 1
-            if head > 256, head * 2 > jobs.count {
-                jobs.removeFirst(head)
-                head = 0
+            let job = queue.wait { q -> LockedCondition<Queue>.Step<UnownedJob> in
+                guard q.head < q.jobs.count else { return .wait(until: nil) }
+                let job = q.jobs[q.head]
+                q.head += 1
+                if q.head > 256, q.head * 2 > q.jobs.count {
+                    q.jobs.removeFirst(q.head)
+                    q.head = 0
+                }
+                return .done(job)
             }
-            condition.unlock()
             job.runSynchronously(on: asUnownedTaskExecutor())
         }
     }

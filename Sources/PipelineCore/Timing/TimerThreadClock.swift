@@ -23,15 +23,13 @@ public struct TimerThreadClock: Clock, Sendable {
 }
 
 /// The thread behind ``TimerThreadClock``: resumes each sleeper at its deadline (at real-time priority
-/// where the system allows it). The rules live in ``TimerStateMachine``; this class holds it under the
-/// lock of the condition the thread waits on, and resumes continuations only after releasing it.
-final class TimerThread: @unchecked Sendable {
-    // @unchecked: `machine` is only touched under `condition`'s lock.
+/// where the system allows it). The rules live in ``TimerStateMachine``; this class holds it in a
+/// ``LockedCondition`` the thread waits on, and resumes continuations only after releasing it.
+final class TimerThread: Sendable {
     static let shared = TimerThread()
 
     private typealias Machine = TimerStateMachine<ContinuousClock.Instant, CheckedContinuation<Void, any Error>>
-    private let condition = NSCondition()
-    private var machine = Machine()
+    private let machine = LockedCondition(Machine())
 
     private init() {
         let t = Thread { [unowned self] in
@@ -44,9 +42,7 @@ final class TimerThread: @unchecked Sendable {
     }
 
     private func locked<T>(_ body: (inout Machine) -> T) -> T {
-        condition.lock()
-        defer { condition.unlock() }
-        return body(&machine)
+        machine.withLock { (body(&$0), wake: .none) }
     }
 
     func sleep(until deadline: ContinuousClock.Instant) async throws {
@@ -54,11 +50,16 @@ final class TimerThread: @unchecked Sendable {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
                 let now = ContinuousClock.now
-                let outcome = locked { $0.add(id, deadline: deadline, c, now: now, cancelled: Task.isCancelled) }
+                let cancelled = Task.isCancelled
+                let outcome = machine.withLock { m -> (Machine.AddOutcome, wake: LockedCondition<Machine>.Wake) in
+                    let outcome = m.add(id, deadline: deadline, c, now: now, cancelled: cancelled)
+                    if case .parked(wakeThread: true) = outcome { return (outcome, wake: .one) }
+                    return (outcome, wake: .none)
+                }
                 switch outcome {
                 case .resumeNow: c.resume()
                 case .cancelledNow: c.resume(throwing: CancellationError())
-                case .parked(let wake): if wake { condition.signal() }
+                case .parked: break
                 }
             }
         } onCancel: {
@@ -71,20 +72,10 @@ final class TimerThread: @unchecked Sendable {
 
     private func loop() {
         while true {
-            condition.lock()
-            let (due, next) = machine.due(now: ContinuousClock.now)
-            if due.isEmpty {
-                if let next {
-                    let wait = ContinuousClock.now.duration(to: next)
-                    let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18
-                    _ = condition.wait(until: Date(timeIntervalSinceNow: seconds))
-                } else {
-                    condition.wait()
-                }
-                condition.unlock()
-                continue
+            let due = machine.wait { m -> LockedCondition<Machine>.Step<[CheckedContinuation<Void, any Error>]> in
+                let (due, next) = m.due(now: ContinuousClock.now)
+                return due.isEmpty ? .wait(until: next) : .done(due)
             }
-            condition.unlock()
             for c in due { c.resume() }
         }
     }

@@ -247,77 +247,38 @@ public final class Handoff<Element: Sendable>: Sendable {
 }
 
 /// Blocks one thread until another releases it (a sender of ``Handoff/sendBlocking(_:)``).
-final class ThreadParker: @unchecked Sendable {
-    // Allocated, not stored inline: a pthread object must not move, and `&property` may pass a temporary.
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-    private var released = false
-
-    init() {
-        mutex.initialize(to: pthread_mutex_t())
-        condition.initialize(to: pthread_cond_t())
-        pthread_mutex_init(mutex, nil)
-        pthread_cond_init(condition, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(condition)
-        pthread_mutex_destroy(mutex)
-        condition.deallocate()
-        mutex.deallocate()
-    }
+final class ThreadParker: Sendable {
+    private let released = LockedCondition(false)
 
     func park() {
-        pthread_mutex_lock(mutex)
-        while !released { pthread_cond_wait(condition, mutex) }
-        pthread_mutex_unlock(mutex)
+        released.wait { released -> LockedCondition<Bool>.Step<Void> in released ? .done(()) : .wait(until: nil) }
     }
 
     func unpark() {
-        pthread_mutex_lock(mutex)
-        released = true
-        pthread_cond_signal(condition)
-        pthread_mutex_unlock(mutex)
+        released.withLock { released in
+            released = true
+            return ((), wake: .one)
+        }
     }
 }
 
 /// Blocks one thread until another hands it a value (the receiver of ``Handoff/receiveBlocking()``).
-final class ThreadMailbox<Value: Sendable>: @unchecked Sendable {
-    // @unchecked: `value` and `delivered` are only touched under `mutex`.
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-    private var value: Value?
-    private var delivered = false
-
-    init() {
-        mutex.initialize(to: pthread_mutex_t())
-        condition.initialize(to: pthread_cond_t())
-        pthread_mutex_init(mutex, nil)
-        pthread_cond_init(condition, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(condition)
-        pthread_mutex_destroy(mutex)
-        condition.deallocate()
-        mutex.deallocate()
-    }
+final class ThreadMailbox<Value: Sendable>: Sendable {
+    private let slot = LockedCondition<Value?>(nil)
 
     /// Waits for the value ``deliver(_:)`` hands over.
     func wait() -> Value {
-        pthread_mutex_lock(mutex)
-        while !delivered { pthread_cond_wait(condition, mutex) }
-        let v = value!
-        value = nil
-        pthread_mutex_unlock(mutex)
-        return v
+        slot.wait { slot -> LockedCondition<Value?>.Step<Value> in
+            guard let value = slot else { return .wait(until: nil) }
+            slot = nil
+            return .done(value)
+        }
     }
 
     func deliver(_ v: Value) {
-        pthread_mutex_lock(mutex)
-        value = v
-        delivered = true
-        pthread_cond_signal(condition)
-        pthread_mutex_unlock(mutex)
+        slot.withLock { slot in
+            slot = v
+            return ((), wake: .one)
+        }
     }
 }
