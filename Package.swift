@@ -69,6 +69,7 @@ let package = Package(
         .target(
             name: "NATSClient",
             dependencies: [
+                core,   // LockedValue, the lock ThreadSanitizer sees
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -78,8 +79,8 @@ let package = Package(
             swiftSettings: strict
         ),
         // Multicast DNS and DNS-SD (RFC 6762, 6763) for one service type over IPv4: announce, browse,
-        // resolve. Foundation only; the intercom's peer discovery is built on it.
-        .target(name: "ServiceDiscovery", swiftSettings: strict),
+        // resolve. Foundation and the runtime's LockedValue; the intercom's peer discovery is built on it.
+        .target(name: "ServiceDiscovery", dependencies: [core], swiftSettings: strict),
         // The Wyoming protocol (Home Assistant's voice services): events, framing, a client connection.
         .target(
             name: "Wyoming",

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PipelineCore
 import Synchronization
 
 /// Publishes to a JetStream stream, at least once and without blocking the caller: ``publish(subject:payload:id:)``
@@ -92,7 +93,7 @@ public final class JetStreamPublisher: Sendable {
         /// Callers of publishAndWait, by message id.
         var waiters: [String: CheckedContinuation<Bool, Never>] = [:]
     }
-    private let state: Mutex<State>
+    private let state: LockedValue<State>
     private let doorbell: AsyncStream<Void>.Continuation
     private let rings: AsyncStream<Void>
     private let counter = Atomic<UInt64>(0)
@@ -104,7 +105,7 @@ public final class JetStreamPublisher: Sendable {
     public init(configuration: Configuration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        state = Mutex(State(queue: PublishQueue(capacity: configuration.capacity, window: configuration.window, ackTimeout: configuration.ackTimeout)))
+        state = LockedValue(State(queue: PublishQueue(capacity: configuration.capacity, window: configuration.window, ackTimeout: configuration.ackTimeout)))
         (rings, doorbell) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         var problem: String?
         if let directory = configuration.spoolDirectory {

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOPosix
 import NIOSSL
+import PipelineCore
 import Synchronization
 
 /// One TCP connection to a NATS server, speaking the client protocol: `INFO` → `CONNECT` + `PING` →
@@ -235,9 +236,9 @@ public final class NATSConnection: Sendable {
             var onClose: (@Sendable (String) -> Void)?
             var unansweredPings = 0
         }
-        let state: Mutex<State>
+        let state: LockedValue<State>
 
-        init(onClose: @escaping @Sendable (String) -> Void) { state = Mutex(State(onClose: onClose)) }
+        init(onClose: @escaping @Sendable (String) -> Void) { state = LockedValue(State(onClose: onClose)) }
 
         var isClosed: Bool { state.withLock { $0.closed != nil } }
 

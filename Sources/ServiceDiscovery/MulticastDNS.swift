@@ -2,6 +2,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import PipelineCore
 import Synchronization
 
 /// A service instance found by ``MulticastDNS``, resolved to addresses.
@@ -208,9 +209,9 @@ private final class MDNSControl: Sendable {
         var wakeFD: Int32 = -1
         var instance: String
     }
-    let state: Mutex<State>
+    let state: LockedValue<State>
     let finished = Atomic<Bool>(false)
-    init(instance: String) { state = Mutex(State(instance: instance)) }
+    init(instance: String) { state = LockedValue(State(instance: instance)) }
 }
 
 // MARK: - Socket

@@ -153,7 +153,9 @@ struct TencentASRUnitTests {
         #expect(IVHPush.decode(#"{"Header":{"Code":1e30,"Message":"m"},"Payload":{"Type":1e300,"SpeechId":-1e200}}"#) != nil)
     }
 
-    @Test func aServerThatAcceptsThenAlwaysFailsIsGivenUpOn() async throws {
+    // Once, in a whole run, this waited for ever after its third reconnection (not reproduced in 30 runs alone);
+    // the limit turns such a wait into a failure that names the test.
+    @Test(.timeLimit(.minutes(1))) func aServerThatAcceptsThenAlwaysFailsIsGivenUpOn() async throws {
         let server = try await TencentASRServer.start(.init(secretKey: TencentTestKeys.secretKey, utteranceMs: 2000, dropEveryAfterMs: 100))
         defer { Task { await server.shutdown() } }
         let log = ASRResultLog()

@@ -4,8 +4,10 @@ import Foundation
 let packageRoot: URL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent().deletingLastPathComponent()
 
-/// The built `voicepipe` binary (debug build of this package).
+/// The built `voicepipe` binary (debug build of this package), or VOICEPIPE_TEST_BINARY (the sanitizer
+/// runs point it at their own build, so the processes the tests start are checked too).
 var voicepipeBinary: String {
+    if let p = ProcessInfo.processInfo.environment["VOICEPIPE_TEST_BINARY"], !p.isEmpty { return p }
     for config in ["debug", "release"] {
         let p = packageRoot.appendingPathComponent(".build/\(config)/voicepipe").path
         if FileManager.default.isExecutableFile(atPath: p) { return p }
