@@ -21,9 +21,11 @@ struct WhisperContextTests {
 
     @Test("auto: the utterance's frames plus a margin, then a larger context, then the whole window")
     func ladder() {
-        // 2 s = 100 frames; + 64 of margin: 164, under the smallest context (256); then 512.
-        #expect(WhisperAudioContext.auto.ladder(samples: 32_000) == [256, 512, 1500])
-        #expect(WhisperAudioContext.auto.ladder(samples: 4_000) == [256, 512, 1500])
+        // 2 s = 100 frames; + 64 of margin: 164, under the smallest context (192); then 192 + 256.
+        #expect(WhisperAudioContext.auto.ladder(samples: 32_000) == [192, 448, 1500])
+        #expect(WhisperAudioContext.auto.ladder(samples: 4_000) == [192, 448, 1500])
+        // 3 s = 150 frames, + 75: 225 -> 256, then 512.
+        #expect(WhisperAudioContext.auto.ladder(samples: 48_000) == [256, 512, 1500])
         // 8 s = 400 frames, + half of it: 600 -> 608, then 1216, then the window.
         #expect(WhisperAudioContext.auto.ladder(samples: 128_000) == [608, 1216, 1500])
         // 12 s = 600 frames -> 900 -> 928; the second step would pass the window.
