@@ -20,6 +20,8 @@
 #   scripts/sanitize.sh [--tsan-only | --fuzz-only | --build-only] [--seconds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The ThreadSanitizer build's directory (VOICEPIPE_TSAN_SCRATCH to keep another).
+tsan_scratch="${VOICEPIPE_TSAN_SCRATCH:-.build-tsan}"
 tsan=1 fuzz=1 seconds=10 build_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,14 +35,14 @@ done
 if [ $build_only = 1 ]; then
   # shellcheck source=bench/sanitizer-flags.sh
   source bench/sanitizer-flags.sh
-  swift build --scratch-path .build-tsan --sanitize thread --build-tests
+  swift build --scratch-path "$tsan_scratch" --sanitize thread --build-tests
   swift build --scratch-path "$sanitizer_scratch" --product voicepipe-fuzz "${sanitizer_flags[@]}"
   swift build --scratch-path "$sanitizer_scratch" --product voicepipe "${sanitizer_flags[@]}"
   exit 0
 fi
 if [ $tsan = 1 ]; then
   echo "scripts/sanitize.sh: every test target's concurrent parts under ThreadSanitizer"
-  swift build --scratch-path .build-tsan --sanitize thread --build-tests 2>&1 | grep -E "error|Compiling|Build" | tail -3
+  swift build --scratch-path "$tsan_scratch" --sanitize thread --build-tests 2>&1 | grep -E "error|Compiling|Build" | tail -3
   # Whole targets and suites (type names) chosen for their threads, tasks and locks; suites that only
   # compute (codecs, DSP, parsers) or measure real-time behaviour (device timing, echo cancellation)
   # stay in the plain run. Skipped here: the hand-off's exhaustive exploration (single-threaded computation)
@@ -57,8 +59,8 @@ if [ $tsan = 1 ]; then
   set +e
   # halt_on_error=0: a race is written to its file and the run goes on, so one run lists them all.
   export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=0:second_deadlock_stack=1}:suppressions=$PWD/scripts/tsan-suppressions.txt:log_path=$reports/report"
-  export VOICEPIPE_TEST_BINARY="$PWD/.build-tsan/debug/voicepipe"
-  swift test --scratch-path .build-tsan --sanitize thread --skip-build --no-parallel --filter "$filter" \
+  export VOICEPIPE_TEST_BINARY="$PWD/$tsan_scratch/debug/voicepipe"
+  swift test --scratch-path "$tsan_scratch" --sanitize thread --skip-build --no-parallel --filter "$filter" \
     --skip 'everyInterleaving|acceptAtDescriptorLimit' --xunit-output "$reports/results.xml" > "$reports/tests.log" 2>&1
   status=$?
   # As in scripts/test.sh: one to three tests that failed (real-time tests slowed several times by the
@@ -75,7 +77,7 @@ PY
       status=0
       for t in "${failed[@]}"; do
         echo "scripts/sanitize.sh: failed under ThreadSanitizer, running it once more: $t"
-        swift test --scratch-path .build-tsan --sanitize thread --skip-build --no-parallel --filter "^$t" >> "$reports/tests.log" 2>&1 || status=1
+        swift test --scratch-path "$tsan_scratch" --sanitize thread --skip-build --no-parallel --filter "^$t" >> "$reports/tests.log" 2>&1 || status=1
       done
     fi
   fi
@@ -87,7 +89,8 @@ PY
     exit 1
   fi
   [ $status -eq 0 ] || { echo "scripts/sanitize.sh: the tests failed under ThreadSanitizer (log: $reports/tests.log)" >&2; exit 1; }
-  echo "scripts/sanitize.sh: no ThreadSanitizer report ($(grep -cE '^✔ Test ' "$reports/tests.log") tests)"
+  echo "scripts/sanitize.sh: no ThreadSanitizer report ($(grep -E '^✔ Test ' "$reports/tests.log" | grep -vc '^✔ Test run with') tests)"
+  unset TSAN_OPTIONS VOICEPIPE_TEST_BINARY
 fi
 if [ $fuzz = 1 ]; then
   bench/libfuzz --seconds "$seconds"
