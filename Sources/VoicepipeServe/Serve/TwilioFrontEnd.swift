@@ -401,15 +401,7 @@ final class TwilioCall: TelephoneCall {
 
     /// Pushes `.idle` after `idle_timeout_ms` without any message, `.maxDuration` at `max_duration_s` (``CallLimits``).
     private func watch() async {
-        let reached = await CallLimits.watch(maxDuration: .seconds(route.maxDurationS), idle: .milliseconds(route.idleTimeoutMs),
-                                             lastInput: { outbound.withLock { $0.lastInput } },
-                                             touch: { now in outbound.withLock { $0.lastInput = now } },
-                                             reading: { inbox.reading })
-        switch reached {
-        case .maxDuration: inbox.push(.maxDuration, bytes: 0)
-        case .idle: inbox.push(.idle, bytes: 0)
-        case nil: break
-        }
+        await CallLimits.watch(route: route, outbound: outbound, lastInput: \.lastInput, inbox: inbox, idle: .idle, maxDuration: .maxDuration)
     }
 }
 
